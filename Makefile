@@ -1,0 +1,41 @@
+# Every target that runs something first does the whole set-up on a fresh machine, then runs.
+# The virtual environment sees the system's packages so that a Gaudi image's own torch build is reused.
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.setup-done
+# the CPU build of torch that is installed only when no torch is importable at all
+TORCH_FALLBACK := torch==2.13.0
+# the virtual Gaudi stands in only where no real Gaudi software is installed
+VIRTUAL_HPU_DEFAULT = $(shell $(PY) -c "import importlib.util as u; print(0 if u.find_spec('habana_frameworks') else 1)")
+
+.PHONY: setup demo test lint docs bench clean
+
+setup: $(STAMP)
+
+$(STAMP): setup.py pyproject.toml requirements/*.txt
+	test -x $(PY) || $(PYTHON) -m venv --system-site-packages $(VENV)
+	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install $(TORCH_FALLBACK)
+	$(PY) -m pip install -e ".[test]"
+	touch $(STAMP)
+
+demo: setup
+	VIRTUAL_HPU=$${VIRTUAL_HPU:-$(VIRTUAL_HPU_DEFAULT)} $(PY) examples/pytorch/hpu_classifier.py --devices 2 --precision bf16-mixed
+
+test: setup
+	$(PY) -m pytest tests
+
+lint: setup
+	$(PY) -m ruff check src tests examples benchmarks
+	$(PY) -m ruff format --check src tests examples benchmarks
+
+docs: setup
+	$(PY) -m pip install -e ".[docs]"
+	$(PY) -m sphinx -W -b html docs/source-pytorch docs/build/html
+
+bench: setup
+	VIRTUAL_HPU=$${VIRTUAL_HPU:-$(VIRTUAL_HPU_DEFAULT)} $(PY) benchmarks/run_all.py
+
+clean:
+	rm -rf $(VENV) build dist docs/build src/*.egg-info

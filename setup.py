@@ -1,0 +1,38 @@
+"""Packaging for ``pytorch-lightning`` with Intel Gaudi (HPU) support, layered on the upstream ``lightning`` core."""
+
+import os
+
+from setuptools import find_packages, setup
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _about() -> dict:
+    about: dict = {}
+    with open(os.path.join(_HERE, "src", "pytorch_lightning", "__about__.py")) as file:
+        exec(file.read(), about)
+    return about
+
+
+def _requirements(name: str) -> list:
+    with open(os.path.join(_HERE, "requirements", f"{name}.txt")) as file:
+        lines = (line.split("#", 1)[0].strip() for line in file)
+        return [line for line in lines if line]
+
+
+setup(
+    # the same distribution name as upstream, so installing this one replaces upstream's files instead of
+    # silently overwriting them
+    name="pytorch-lightning",
+    version=_about()["__version__"],
+    description="PyTorch Lightning with Intel Gaudi (HPU) support built into the Trainer",
+    long_description=open(os.path.join(_HERE, "README.md")).read(),
+    long_description_content_type="text/markdown",
+    license="Apache-2.0",
+    package_dir={"": "src"},
+    packages=find_packages("src"),
+    package_data={"virtual_hpu": ["csrc/*"]},
+    python_requires=">=3.9",
+    install_requires=_requirements("base"),
+    extras_require={name: _requirements(name) for name in ("test", "docs", "deepspeed", "profiler")},
+)

@@ -1,0 +1,18 @@
+"""PyTorch Lightning with Intel Gaudi (HPU) support built into the Trainer.
+
+Everything upstream ``lightning.pytorch`` offers is available here under the same names and as the same objects;
+``Trainer`` and the modules that HPU support extends are our own.
+"""
+
+import lightning.pytorch as _upstream
+
+from pytorch_lightning import _aliasing
+from pytorch_lightning.__about__ import __version__
+
+_aliasing.install()
+
+from lightning.pytorch import *  # noqa: E402, F403
+
+from pytorch_lightning.trainer import Trainer  # noqa: E402
+
+_aliasing.extend_upstream(__name__, _upstream)

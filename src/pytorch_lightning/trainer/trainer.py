@@ -1,0 +1,30 @@
+"""The ``Trainer``: upstream's, with Intel Gaudi (HPU) flags resolved before it configures itself."""
+
+import inspect
+from typing import Any
+
+import lightning.pytorch.trainer.trainer as _upstream
+from lightning.pytorch.trainer.trainer import Trainer as _UpstreamTrainer
+from lightning.pytorch.utilities.argparse import _defaults_from_env_vars
+
+from pytorch_lightning import _aliasing
+
+
+class Trainer(_UpstreamTrainer):
+    """Upstream's ``Trainer`` that understands HPU flags.
+
+    It takes exactly upstream's arguments (``accelerator="hpu"``, ``strategy="hpu_parallel"``, ``precision=16`` on a
+    Gaudi, ...); see :class:`lightning.pytorch.Trainer` for each of them. ``PL_TRAINER_*`` environment variables act
+    as defaults, as upstream.
+    """
+
+    @_defaults_from_env_vars
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+
+    # LightningCLI/jsonargparse and the ``PL_TRAINER_*`` parser read the signature and docstring of ``__init__``
+    __init__.__signature__ = inspect.signature(_UpstreamTrainer.__init__)  # type: ignore[attr-defined]
+    __init__.__doc__ = _UpstreamTrainer.__init__.__doc__
+
+
+_aliasing.extend_upstream(__name__, _upstream)
