@@ -4,15 +4,16 @@ Everything upstream ``lightning.pytorch`` offers is available here under the sam
 ``Trainer`` and the modules that HPU support extends are our own.
 """
 
-import lightning.pytorch as _upstream
+import lightning.pytorch as _upstream  # noqa: E402
 
-from pytorch_lightning import _aliasing
-from pytorch_lightning.__about__ import __version__
+from pytorch_lightning import _aliasing  # noqa: E402
+from pytorch_lightning.__about__ import __version__  # noqa: E402
 
 _aliasing.install()
 
 from lightning.pytorch import *  # noqa: E402, F403
 
+from pytorch_lightning import accelerators, plugins, strategies  # noqa: E402, F401
 from pytorch_lightning.trainer import Trainer  # noqa: E402
 
 _aliasing.extend_upstream(__name__, _upstream)

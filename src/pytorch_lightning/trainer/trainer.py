@@ -6,8 +6,11 @@ from typing import Any
 import lightning.pytorch.trainer.trainer as _upstream
 from lightning.pytorch.trainer.trainer import Trainer as _UpstreamTrainer
 from lightning.pytorch.utilities.argparse import _defaults_from_env_vars
+from lightning.pytorch.utilities.rank_zero import rank_zero_info
 
 from pytorch_lightning import _aliasing
+from pytorch_lightning.accelerators.hpu import HPUAccelerator
+from pytorch_lightning.trainer.hpu_flags import resolve_hpu_flags
 
 
 class Trainer(_UpstreamTrainer):
@@ -20,11 +23,19 @@ class Trainer(_UpstreamTrainer):
 
     @_defaults_from_env_vars
     def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
+        super().__init__(**resolve_hpu_flags(kwargs))
+        _log_hpu_info(self)
 
     # LightningCLI/jsonargparse and the ``PL_TRAINER_*`` parser read the signature and docstring of ``__init__``
     __init__.__signature__ = inspect.signature(_UpstreamTrainer.__init__)  # type: ignore[attr-defined]
     __init__.__doc__ = _UpstreamTrainer.__init__.__doc__
+
+
+def _log_hpu_info(trainer: Trainer) -> None:
+    available = HPUAccelerator.is_available()
+    kind = f" ({'virtual ' if HPUAccelerator.is_virtual() else ''}{HPUAccelerator.get_device_name()})" if available else ""
+    used = trainer.num_devices if isinstance(trainer.accelerator, HPUAccelerator) else 0
+    rank_zero_info(f"HPU available: {available}{kind}, using: {used} HPUs")
 
 
 _aliasing.extend_upstream(__name__, _upstream)

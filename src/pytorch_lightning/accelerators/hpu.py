@@ -1,0 +1,110 @@
+"""Accelerator for Intel Gaudi devices (HPUs)."""
+
+import importlib.util
+from typing import Any, Union
+
+import torch
+from lightning.fabric.accelerators.registry import _AcceleratorRegistry
+from lightning.fabric.utilities.types import _DEVICE
+from lightning.pytorch.accelerators.accelerator import Accelerator
+from lightning.pytorch.utilities.exceptions import MisconfigurationException
+from typing_extensions import override
+
+
+class HPUAccelerator(Accelerator):
+    """Accelerator for Intel Gaudi devices (HPUs), real or virtual.
+
+    Select it with ``Trainer(accelerator="hpu")``; ``accelerator="auto"`` picks it whenever a Gaudi is present.
+    """
+
+    @override
+    def setup_device(self, device: torch.device) -> None:
+        if device.type != "hpu":
+            raise MisconfigurationException(f"Device should be HPU, got {device} instead.")
+
+    @override
+    def get_device_stats(self, device: _DEVICE) -> dict[str, Any]:
+        """The Gaudi memory statistics of ``device`` (``Limit``, ``InUse``, ``MaxInUse``, ``NumAllocs``, ...)."""
+        import habana_frameworks.torch.hpu as hthpu
+
+        return dict(hthpu.memory_stats(device))
+
+    @override
+    def teardown(self) -> None:
+        pass
+
+    @staticmethod
+    @override
+    def parse_devices(devices: Union[int, str]) -> int:
+        """Turn the ``devices`` flag into a number of HPUs.
+
+        Gaudi processes own whole cards, so only a count is meaningful: an ``int``, its string form, ``-1`` or
+        ``"auto"`` for all of them. Lists of indices are refused.
+        """
+        if isinstance(devices, str) and devices.strip().lstrip("-").isdigit():
+            devices = int(devices)
+        if devices == "auto" or devices == -1:
+            return HPUAccelerator.auto_device_count()
+        if isinstance(devices, bool) or not isinstance(devices, int) or devices < 1:
+            raise MisconfigurationException(
+                f"`Trainer(accelerator='hpu', devices={devices!r})` is not a valid input: HPU devices are selected by"
+                " count. Pass a positive int (e.g. `devices=8`), -1 or 'auto' to use all of them."
+            )
+        available = HPUAccelerator.auto_device_count()
+        if devices > available:
+            raise MisconfigurationException(
+                f"`Trainer(accelerator='hpu', devices={devices})` requested {devices} HPUs but only {available}"
+                f" {'is' if available == 1 else 'are'} available. Pass `devices={available}` or fewer."
+            )
+        return devices
+
+    @staticmethod
+    @override
+    def get_parallel_devices(devices: int) -> list[torch.device]:
+        return [torch.device("hpu", index) for index in range(devices)]
+
+    @staticmethod
+    @override
+    def auto_device_count() -> int:
+        if not HPUAccelerator.is_available():
+            return 0
+        import habana_frameworks.torch.hpu as hthpu
+
+        return hthpu.device_count()
+
+    @staticmethod
+    @override
+    def is_available() -> bool:
+        """Whether the Gaudi software stack, real or virtual, is importable and sees at least one device."""
+        if importlib.util.find_spec("habana_frameworks") is None:
+            return False
+        import habana_frameworks.torch.hpu as hthpu
+
+        return bool(hthpu.is_available())
+
+    @staticmethod
+    def get_device_name() -> str:
+        """The Gaudi generation: ``"GAUDI"``, ``"GAUDI2"`` or ``"GAUDI3"``; empty when no HPU is present."""
+        if not HPUAccelerator.is_available():
+            return ""
+        import habana_frameworks.torch.hpu as hthpu
+
+        return hthpu.get_device_name()
+
+    @staticmethod
+    def is_virtual() -> bool:
+        """Whether the HPUs are the virtual Gaudi (host memory) rather than real hardware."""
+        import sys
+
+        virtual_hpu = sys.modules.get("virtual_hpu")
+        return virtual_hpu is not None and virtual_hpu.is_active()
+
+    @staticmethod
+    @override
+    def name() -> str:
+        return "hpu"
+
+    @classmethod
+    @override
+    def register_accelerators(cls, accelerator_registry: _AcceleratorRegistry) -> None:
+        accelerator_registry.register(cls.name(), cls, description=cls.__name__)

@@ -1,0 +1,11 @@
+"""Upstream's ``lightning.pytorch.plugins`` plus the Intel Gaudi plugins."""
+
+import lightning.pytorch.plugins as _upstream
+
+from pytorch_lightning import _aliasing
+from pytorch_lightning.plugins.io import HPUCheckpointIO
+from pytorch_lightning.plugins.precision import HPUPrecisionPlugin
+
+__all__ = ["HPUCheckpointIO", "HPUPrecisionPlugin"]
+
+_aliasing.extend_upstream(__name__, _upstream)

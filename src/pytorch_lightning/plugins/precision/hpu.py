@@ -1,0 +1,139 @@
+"""Precision for Intel Gaudi: fp32, or mixed precision through ``torch.autocast("hpu")`` with Gaudi's op lists."""
+
+import os
+from contextlib import AbstractContextManager, nullcontext
+from pathlib import Path
+from typing import Any, Optional, Union
+
+import torch
+from lightning.fabric.connector import _convert_precision_to_unified_args
+from lightning.pytorch.plugins.precision.precision import Precision
+from lightning.pytorch.utilities.rank_zero import rank_zero_info
+from typing_extensions import override
+
+_SUPPORTED = ("32-true", "bf16-mixed", "16-mixed")
+_AUTOCAST_DTYPES = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}
+# the keys of the ``hmp_params`` dict of earlier Lightning releases, and the arguments they stand for
+_HMP_PARAMS = {"level": "opt_level", "verbose": "verbose", "bf16_ops": "bf16_file_path", "fp32_ops": "fp32_file_path"}
+# Gaudi's autocast reads its lower-precision and fp32 op lists from the files these variables name
+_OP_LIST_VARIABLES = {"bf16_file_path": "LOWER_LIST", "fp32_file_path": "FP32_LIST"}
+
+
+class HPUPrecisionPlugin(Precision):
+    """Mixed precision on HPUs with Gaudi's autocast, or plain fp32.
+
+    ``Trainer(accelerator="hpu", precision="bf16-mixed")`` (or ``16``, ``"16-mixed"``, ``"bf16"``) creates it; pass it
+    in ``plugins`` to choose which ops run in lower precision and which stay in fp32.
+
+    Args:
+        precision: ``"32-true"``, ``"bf16-mixed"`` or ``"16-mixed"`` (Gaudi2 and newer), or a legacy form.
+        opt_level: ``"O1"``: ops in the lower-precision list run in bf16/fp16, ops in the fp32 list in fp32, all
+            others in the type of their inputs.
+        bf16_file_path: a text file with one op name per line to run in lower precision (Gaudi's ``LOWER_LIST``).
+        fp32_file_path: a text file with one op name per line to keep in fp32 (Gaudi's ``FP32_LIST``).
+        verbose: log the op lists in effect.
+        hmp_params: the same settings as a dict with keys ``level``, ``verbose``, ``bf16_ops`` and ``fp32_ops``.
+    """
+
+    def __init__(
+        self,
+        precision: Union[str, int] = "32-true",
+        opt_level: str = "O1",
+        bf16_file_path: Optional[str] = None,
+        fp32_file_path: Optional[str] = None,
+        verbose: bool = False,
+        hmp_params: Optional[dict[str, Any]] = None,
+    ) -> None:
+        self.precision = _validate_precision(precision)
+        settings = {"opt_level": opt_level, "verbose": verbose, "bf16_file_path": bf16_file_path,
+                    "fp32_file_path": fp32_file_path}
+        settings.update(_settings_from_hmp_params(hmp_params, explicit=settings))
+        if settings["opt_level"] != "O1":
+            raise ValueError(
+                f"`HPUPrecisionPlugin(opt_level={settings['opt_level']!r})` is not supported: Gaudi's autocast"
+                " implements 'O1' (op lists). Use `opt_level='O1'` and list the ops to lower in `bf16_file_path`."
+            )
+        self.verbose = bool(settings["verbose"])
+        self.op_list_files = {
+            variable: _validated_op_list(settings[argument] or os.environ.get(variable), argument, variable)
+            for argument, variable in _OP_LIST_VARIABLES.items()
+        }
+        if self.precision in _AUTOCAST_DTYPES:
+            if any(self.op_list_files.values()):
+                _install_op_lists(self.op_list_files)
+            if self.verbose:
+                rank_zero_info(f"HPU autocast to {_AUTOCAST_DTYPES[self.precision]} with op lists {self.op_list_files}")
+
+    def autocast_context_manager(self) -> AbstractContextManager:
+        """``torch.autocast("hpu")`` in lower precision; nothing for fp32."""
+        if self.precision not in _AUTOCAST_DTYPES:
+            return nullcontext()
+        return torch.autocast(device_type="hpu", dtype=_AUTOCAST_DTYPES[self.precision])
+
+    @override
+    def forward_context(self) -> AbstractContextManager:
+        return self.autocast_context_manager()
+
+
+def _validate_precision(precision: Union[str, int]) -> str:
+    try:
+        unified = _convert_precision_to_unified_args(precision)
+    except ValueError:
+        unified = None
+    if unified not in _SUPPORTED:
+        raise ValueError(
+            f"`precision={precision!r}` is not supported on HPU. Choose one of {', '.join(map(repr, _SUPPORTED))}"
+            " (or the legacy forms 32, 16, '16', 'bf16'); Gaudi has no float64."
+        )
+    if unified == "16-mixed":
+        import habana_frameworks.torch.hpu as hthpu
+
+        if hthpu.get_device_name() == "GAUDI":
+            raise ValueError(
+                "`precision='16-mixed'` needs Gaudi2 or newer: first-generation Gaudi has no fp16."
+                " Use `precision='bf16-mixed'` instead."
+            )
+    return unified
+
+
+def _settings_from_hmp_params(hmp_params: Optional[dict[str, Any]], explicit: dict[str, Any]) -> dict[str, Any]:
+    if not hmp_params:
+        return {}
+    unknown = set(hmp_params) - set(_HMP_PARAMS)
+    if unknown:
+        raise ValueError(
+            f"`hmp_params` has unknown keys {sorted(unknown)}. The keys are {', '.join(map(repr, _HMP_PARAMS))}."
+        )
+    defaults = {"opt_level": "O1", "verbose": False, "bf16_file_path": None, "fp32_file_path": None}
+    clashes = [key for key, argument in _HMP_PARAMS.items() if key in hmp_params and explicit[argument] != defaults[argument]]
+    if clashes:
+        raise ValueError(f"`hmp_params` keys {clashes} repeat constructor arguments of `HPUPrecisionPlugin`; pass one.")
+    return {_HMP_PARAMS[key]: value for key, value in hmp_params.items()}
+
+
+def _validated_op_list(path: Optional[str], argument: str, variable: str) -> Optional[str]:
+    """Check that an op-list file exists and names only real ops, so a typo fails now rather than mid-training."""
+    if path is None:
+        return None
+    file = Path(path)
+    if not file.is_file():
+        raise FileNotFoundError(
+            f"The op list for `{argument}` (Gaudi's {variable}) does not exist: {str(file)!r}. Pass the path of a"
+            " text file with one op name per line."
+        )
+    names = [line.strip() for line in file.read_text().splitlines() if line.strip() and not line.startswith("#")]
+    unknown = [name for name in names if not hasattr(torch.ops.aten, name)]
+    if unknown:
+        raise ValueError(f"The op list {str(file)!r} names ops that do not exist: {unknown}. Use aten op names such"
+                         " as 'linear', 'matmul' or 'softmax'.")
+    return str(file.resolve())
+
+
+def _install_op_lists(files: dict[str, Optional[str]]) -> None:
+    """Point Gaudi's autocast at the op-list files and have the bridge apply them before the first autocast region."""
+    for variable, path in files.items():
+        if path is not None:
+            os.environ[variable] = path
+    import habana_frameworks.torch.core as htcore
+
+    htcore.hpu_set_env()

@@ -1,0 +1,16 @@
+"""Upstream's ``lightning.pytorch.strategies`` plus the Intel Gaudi strategies."""
+
+import lightning.pytorch.strategies as _upstream
+from lightning.pytorch.strategies import StrategyRegistry
+
+from pytorch_lightning import _aliasing
+from pytorch_lightning.strategies.hpu_parallel import HPUParallelStrategy
+from pytorch_lightning.strategies.single_hpu import SingleHPUStrategy
+
+__all__ = ["HPUParallelStrategy", "SingleHPUStrategy"]
+
+for _strategy in (SingleHPUStrategy, HPUParallelStrategy):
+    if _strategy.strategy_name not in StrategyRegistry:
+        _strategy.register_strategies(StrategyRegistry)
+
+_aliasing.extend_upstream(__name__, _upstream)

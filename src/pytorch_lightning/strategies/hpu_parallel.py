@@ -1,0 +1,77 @@
+"""Strategy for data-parallel training over several Intel Gaudi devices and nodes."""
+
+from typing import Any, Optional, Union
+
+import torch
+from lightning.fabric.strategies import _StrategyRegistry
+from lightning.pytorch.strategies.ddp import DDPStrategy
+from torch import Tensor
+from torch.distributed import ReduceOp
+from typing_extensions import override
+
+from pytorch_lightning.strategies._hpu import _HPUStrategyMixin
+
+# HCCL reduces with these; a mean is a sum divided by the world size
+_HCCL_REDUCE_OPS = {"sum": ReduceOp.SUM, "min": ReduceOp.MIN, "max": ReduceOp.MAX}
+_MEAN_OPS = ("mean", "avg")
+
+
+class HPUParallelStrategy(_HPUStrategyMixin, DDPStrategy):
+    """DistributedDataParallel over HCCL, one process per HPU.
+
+    ``Trainer(accelerator="hpu", devices=N)`` with ``N > 1`` or ``num_nodes > 1`` picks it; by name it is
+    ``strategy="hpu_parallel"`` (processes started as a subprocess of the script) or ``"hpu_parallel_spawn"``.
+    Gradients are synchronised by DDP; its options (``find_unused_parameters``, ``static_graph``,
+    ``bucket_cap_mb``, ``gradient_as_bucket_view``, ``ddp_comm_hook``, ...) pass through as for ``DDPStrategy``.
+    """
+
+    strategy_name = "hpu_parallel"
+
+    def __init__(self, *args: Any, process_group_backend: Optional[str] = "hccl", **kwargs: Any) -> None:
+        super().__init__(*args, process_group_backend=process_group_backend, **kwargs)
+
+    @override
+    def setup_distributed(self) -> None:
+        # importing it registers the "hccl" backend with torch.distributed
+        import habana_frameworks.torch.distributed.hccl  # noqa: F401
+
+        super().setup_distributed()
+
+    @override
+    def determine_ddp_device_ids(self) -> None:
+        # each process drives exactly one HPU, which the module already lives on
+        return None
+
+    @override
+    def reduce(
+        self, tensor: Union[Tensor, Any], group: Optional[Any] = None, reduce_op: Optional[Union[ReduceOp, str]] = "mean"
+    ) -> Union[Tensor, Any]:
+        """Reduce ``tensor`` over all processes with the operations HCCL supports.
+
+        A mean is a sum divided by the world size, and 64-bit integers travel as 32-bit floats, since HCCL has neither.
+        """
+        if not isinstance(tensor, Tensor) or not torch.distributed.is_initialized():
+            return tensor
+        op_name = "mean" if reduce_op is None else str(reduce_op).lower().rpartition(".")[2]
+        if op_name not in _HCCL_REDUCE_OPS and op_name not in _MEAN_OPS:
+            raise ValueError(
+                f"`reduce_op={reduce_op!r}` is not supported on HPU. Choose one of 'mean', 'sum', 'min' or 'max'."
+            )
+        original_dtype = tensor.dtype
+        as_float = op_name in _MEAN_OPS or original_dtype == torch.int64
+        result = tensor.to(torch.float32) if as_float and not original_dtype.is_floating_point else tensor.clone()
+        torch.distributed.all_reduce(result, op=_HCCL_REDUCE_OPS.get(op_name, ReduceOp.SUM), group=group)
+        if op_name in _MEAN_OPS:
+            result = result / torch.distributed.get_world_size(group)
+            # like upstream, the mean of integers is a float
+            return result.to(original_dtype) if original_dtype.is_floating_point else result
+        return result.to(original_dtype)
+
+    @classmethod
+    @override
+    def register_strategies(cls, strategy_registry: _StrategyRegistry) -> None:
+        for name, start_method in ((cls.strategy_name, "popen"), (f"{cls.strategy_name}_spawn", "spawn")):
+            strategy_registry.register(
+                name, cls, description=f"DDP over HCCL on HPUs, processes started with '{start_method}'",
+                start_method=start_method,
+            )

@@ -1,0 +1,121 @@
+"""Turn the Trainer's HPU flags into objects upstream's accelerator connector accepts.
+
+Upstream Lightning 2.6 refuses ``accelerator="hpu"``, never picks HPU for ``"auto"`` and maps mixed precision to CUDA.
+It does accept instances: an accelerator, a registered strategy name or instance, and a ``Precision`` in ``plugins``.
+This is the one place where HPU flags become those objects, and where HPU misconfigurations fail, before any work.
+"""
+
+from collections.abc import Iterable
+from typing import Any, Optional, Union
+
+from lightning.pytorch.accelerators import Accelerator
+from lightning.pytorch.plugins.precision import Precision
+from lightning.pytorch.strategies import Strategy, StrategyRegistry
+from lightning.pytorch.utilities.exceptions import MisconfigurationException
+
+from pytorch_lightning.accelerators.hpu import HPUAccelerator
+from pytorch_lightning.plugins.precision.hpu import HPUPrecisionPlugin
+from pytorch_lightning.strategies._hpu import _HPUStrategyMixin
+from pytorch_lightning.strategies.hpu_parallel import HPUParallelStrategy
+from pytorch_lightning.strategies.single_hpu import SingleHPUStrategy
+
+
+def resolve_hpu_flags(flags: dict[str, Any]) -> dict[str, Any]:
+    """Return the Trainer arguments with HPU flags resolved; arguments that do not involve HPU come back unchanged."""
+    accelerator, strategy = flags.get("accelerator", "auto"), flags.get("strategy", "auto")
+    if isinstance(accelerator, str):
+        accelerator = accelerator.lower()
+    if isinstance(strategy, str):
+        strategy = strategy.lower()
+    if not _uses_hpu(accelerator, strategy):
+        return flags
+
+    if not HPUAccelerator.is_available():
+        raise MisconfigurationException(
+            "`Trainer(accelerator='hpu')` was requested but no Intel Gaudi is available: the `habana_frameworks`"
+            " package is not installed or sees no device. Install the Intel Gaudi software stack, or set"
+            " `VIRTUAL_HPU=1` to train on the virtual Gaudi."
+        )
+    num_nodes = flags.get("num_nodes", 1)
+    devices = HPUAccelerator.parse_devices(flags.get("devices", "auto"))
+    plugins = _as_list(flags.get("plugins"))
+    return {
+        **flags,
+        "accelerator": accelerator if isinstance(accelerator, HPUAccelerator) else HPUAccelerator(),
+        "devices": devices,
+        "strategy": _hpu_strategy(strategy, devices, num_nodes),
+        **_hpu_precision(flags.get("precision"), plugins),
+    }
+
+
+def _uses_hpu(accelerator: Union[str, Accelerator], strategy: Union[str, Strategy]) -> bool:
+    hpu_strategy = _is_hpu_strategy(strategy)
+    if isinstance(accelerator, HPUAccelerator) or accelerator == "hpu":
+        return True
+    if hpu_strategy:
+        if accelerator != "auto":
+            raise MisconfigurationException(
+                f"`Trainer(strategy={_describe(strategy)})` runs on HPUs but `accelerator={_describe(accelerator)}` was"
+                " given. Use `accelerator='hpu'` (or 'auto'), or choose a strategy for that accelerator."
+            )
+        return True
+    # "auto" prefers a Gaudi, unless a strategy instance already carries another accelerator
+    strategy_accelerator = getattr(strategy, "_accelerator", None) if isinstance(strategy, Strategy) else None
+    return accelerator == "auto" and strategy_accelerator is None and HPUAccelerator.is_available()
+
+
+def _is_hpu_strategy(strategy: Union[str, Strategy]) -> bool:
+    if isinstance(strategy, Strategy):
+        return isinstance(strategy, _HPUStrategyMixin)
+    if strategy in StrategyRegistry:
+        return issubclass(StrategyRegistry[strategy]["strategy"], _HPUStrategyMixin)
+    return isinstance(strategy, str) and strategy.startswith("hpu")
+
+
+def _hpu_strategy_names() -> list[str]:
+    return sorted(name for name in StrategyRegistry if _is_hpu_strategy(name))
+
+
+def _hpu_strategy(strategy: Union[str, Strategy], devices: int, num_nodes: int) -> Union[str, Strategy]:
+    distributed = devices > 1 or num_nodes > 1
+    if strategy == "auto":
+        return HPUParallelStrategy.strategy_name if distributed else SingleHPUStrategy.strategy_name
+    if not _is_hpu_strategy(strategy) or (isinstance(strategy, str) and strategy not in StrategyRegistry):
+        raise MisconfigurationException(
+            f"`Trainer(accelerator='hpu', strategy={_describe(strategy)})` is not supported: HPUs train with an HPU"
+            f" strategy. Choose one of {', '.join(_hpu_strategy_names())}, or leave `strategy='auto'`."
+        )
+    single = isinstance(strategy, SingleHPUStrategy) or strategy == SingleHPUStrategy.strategy_name
+    if single and distributed:
+        raise MisconfigurationException(
+            f"`strategy={_describe(strategy)}` trains on one HPU but `devices={devices}, num_nodes={num_nodes}` asks for"
+            f" more. Use `strategy='{HPUParallelStrategy.strategy_name}'`, or `devices=1`."
+        )
+    return strategy
+
+
+def _hpu_precision(precision: Optional[Union[str, int]], plugins: list[Any]) -> dict[str, Any]:
+    precision_plugins = [plugin for plugin in plugins if isinstance(plugin, Precision)]
+    if precision_plugins:
+        # upstream reports a precision flag given together with a precision plugin
+        (plugin,) = precision_plugins[:1]
+        if type(plugin) is not Precision and not isinstance(plugin, HPUPrecisionPlugin):
+            raise MisconfigurationException(
+                f"`plugins=[{type(plugin).__name__}(...)]` does not run on HPU. Pass"
+                " `HPUPrecisionPlugin(precision=...)` instead, or use the `precision` flag."
+            )
+        return {"precision": precision, "plugins": plugins}
+    plugin = HPUPrecisionPlugin("32-true" if precision is None else precision)
+    return {"precision": None, "plugins": [*plugins, plugin]}
+
+
+def _as_list(plugins: Any) -> list[Any]:
+    if plugins is None:
+        return []
+    if isinstance(plugins, Iterable) and not isinstance(plugins, (str, dict)):
+        return list(plugins)
+    return [plugins]
+
+
+def _describe(flag: Any) -> str:
+    return repr(flag) if isinstance(flag, str) else f"{type(flag).__name__}()"
