@@ -1,0 +1,107 @@
+"""A virtual Intel Gaudi: ``torch.device("hpu")`` on host memory, with the ``habana_frameworks`` API behind it.
+
+Nothing happens on import. ``activate()`` (or ``VIRTUAL_HPU=1`` with ``activate_from_env()``) builds and loads a
+small torch extension, registers ``torch.hpu`` and makes a ``habana_frameworks`` facade importable. It refuses to
+run where a real Gaudi software stack is installed.
+"""
+
+import importlib.util
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Optional
+
+from virtual_hpu._config import Config, resolve
+
+__all__ = ["Config", "activate", "activate_from_env", "config", "is_active"]
+
+_log = logging.getLogger(__name__)
+_FACADE = Path(__file__).parent / "_facade"
+_active: Optional[Config] = None
+
+
+def is_active() -> bool:
+    """Whether this process has a virtual Gaudi."""
+    return _active is not None
+
+
+def config() -> Config:
+    """The active configuration; raises ``RuntimeError`` before activation."""
+    if _active is None:
+        raise RuntimeError("The virtual Gaudi is not active: call virtual_hpu.activate() or set VIRTUAL_HPU=1")
+    return _active
+
+
+def _refuse_real_installation() -> None:
+    spec = importlib.util.find_spec("habana_frameworks")
+    if spec is None:
+        return
+    locations = [Path(p).resolve() for p in (spec.submodule_search_locations or [])]
+    if all(path.parent == _FACADE.resolve() for path in locations):
+        return
+    where = ", ".join(map(str, locations)) or spec.origin
+    raise RuntimeError(
+        f"A real Intel Gaudi software stack is installed (habana_frameworks at {where}); the virtual Gaudi will not"
+        " shadow it. Unset VIRTUAL_HPU and use the real device."
+    )
+
+
+def activate(devices: Optional[int] = None, generation: Optional[str] = None, memory_mb: Optional[int] = None) -> Config:
+    """Make ``hpu`` a torch device backed by host memory, for this process.
+
+    Args:
+        devices: number of devices (``VIRTUAL_HPU_DEVICES``, default 8, at most 16).
+        generation: ``"GAUDI"``, ``"GAUDI2"`` or ``"GAUDI3"`` (``VIRTUAL_HPU_GENERATION``, default ``"GAUDI2"``).
+        memory_mb: memory limit per device in MiB (``VIRTUAL_HPU_MEMORY_MB``, default: the generation's HBM).
+
+    Returns:
+        The active configuration. Calling again with no or the same settings returns it; other settings raise
+        ``RuntimeError``, as the device cannot change within a process.
+    """
+    global _active
+    wanted = resolve(devices, generation, memory_mb)
+    if _active is not None:
+        if wanted != _active and (devices, generation, memory_mb) != (None, None, None):
+            raise RuntimeError(f"The virtual Gaudi is already active as {_active}; it cannot become {wanted}")
+        return _active
+    _refuse_real_installation()
+
+    import torch
+
+    from virtual_hpu import _native, autocast
+
+    _native.load_library()
+    ops = torch.ops.virtual_hpu
+    ops.configure(wanted.devices, wanted.lazy)
+    for index in range(wanted.devices):
+        ops.set_memory_limit(index, wanted.memory_mb * 1024 * 1024)
+    ops.set_fp16_supported(wanted.fp16_supported)
+    _active = wanted
+    sys.path.insert(0, str(_FACADE))
+    import habana_frameworks.torch  # noqa: F401  (registers torch.hpu, as the real bridge does)
+
+    autocast.set_op_lists_from_env()
+    _announce(wanted)
+    return wanted
+
+
+def activate_from_env() -> bool:
+    """Activate when ``VIRTUAL_HPU=1``; return whether the virtual Gaudi is active afterwards."""
+    flag = os.environ.get("VIRTUAL_HPU", "").strip()
+    if flag not in ("", "0", "1"):
+        raise ValueError(f"VIRTUAL_HPU must be 1 (on) or 0 (off), got {flag!r}")
+    if flag == "1":
+        activate()
+    return is_active()
+
+
+def _announce(config: Config) -> None:
+    if not _log.hasHandlers():
+        _log.addHandler(logging.StreamHandler())
+        _log.setLevel(logging.INFO)
+    mode = "lazy" if config.lazy else "eager"
+    _log.info(
+        f"Virtual Gaudi active: {config.devices} x {config.generation} (host memory), "
+        f"{config.memory_mb} MiB per device, {mode} mode; not a real accelerator"
+    )

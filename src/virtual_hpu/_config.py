@@ -1,0 +1,68 @@
+"""The knobs of the virtual Gaudi, read from ``activate()`` arguments or the environment, and validated."""
+
+import os
+from dataclasses import dataclass
+from typing import Optional
+
+MAX_DEVICES = 16
+MAX_MEMORY_MB = 1024 * 1024
+# HBM per device of each Gaudi generation, in MiB.
+GENERATION_MEMORY_MB = {"GAUDI": 32768, "GAUDI2": 98304, "GAUDI3": 131072}
+DEFAULT_DEVICES = 8
+DEFAULT_GENERATION = "GAUDI2"
+
+
+@dataclass(frozen=True)
+class Config:
+    """What an activated virtual Gaudi looks like."""
+
+    devices: int
+    generation: str
+    memory_mb: int
+    lazy: bool
+
+    @property
+    def fp16_supported(self) -> bool:
+        """First-generation Gaudi has neither fp16 nor fp8."""
+        return self.generation != "GAUDI"
+
+    @property
+    def fp8_supported(self) -> bool:
+        return self.generation != "GAUDI"
+
+
+def _int_in_range(value: object, variable: str, low: int, high: int) -> int:
+    try:
+        number = int(str(value).strip())
+    except ValueError:
+        number = None
+    if number is None or isinstance(value, bool) or not low <= number <= high:
+        raise ValueError(f"{variable} must be an integer in [{low}, {high}], got {value!r}")
+    return number
+
+
+def resolve(devices: Optional[int] = None, generation: Optional[str] = None, memory_mb: Optional[int] = None) -> Config:
+    """Combine explicit arguments (first) with ``VIRTUAL_HPU_*`` variables and defaults; raise ``ValueError``."""
+    env = os.environ
+    devices = _int_in_range(
+        devices if devices is not None else env.get("VIRTUAL_HPU_DEVICES", DEFAULT_DEVICES),
+        "VIRTUAL_HPU_DEVICES",
+        1,
+        MAX_DEVICES,
+    )
+    raw_generation = generation if generation is not None else env.get("VIRTUAL_HPU_GENERATION", DEFAULT_GENERATION)
+    generation = str(raw_generation).strip().upper()
+    if generation not in GENERATION_MEMORY_MB:
+        raise ValueError(
+            f"VIRTUAL_HPU_GENERATION must be one of {', '.join(GENERATION_MEMORY_MB)}, got {raw_generation!r}"
+        )
+    memory_mb = _int_in_range(
+        memory_mb if memory_mb is not None else env.get("VIRTUAL_HPU_MEMORY_MB", GENERATION_MEMORY_MB[generation]),
+        "VIRTUAL_HPU_MEMORY_MB",
+        1,
+        MAX_MEMORY_MB,
+    )
+    lazy = env.get("PT_HPU_LAZY_MODE", "1").strip()
+    if lazy not in ("0", "1"):
+        raise ValueError(f"PT_HPU_LAZY_MODE must be 0 (eager) or 1 (lazy), got {lazy!r}")
+    return Config(devices=devices, generation=generation, memory_mb=memory_mb, lazy=lazy == "1")

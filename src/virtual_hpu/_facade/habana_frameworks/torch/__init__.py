@@ -1,0 +1,20 @@
+"""Bridge entry point: importing it makes ``hpu`` usable from torch, as importing the real bridge does."""
+
+import torch
+import torch._tensor_str
+
+from habana_frameworks.torch import core, hpu, utils  # noqa: F401
+
+torch._register_device_module("hpu", hpu)
+
+
+def _print_in_fp32(to_type=torch._tensor_str.tensor_totype):
+    """Printing casts values to float64, which Gaudi lacks; format hpu tensors in float32, as torch does for MPS."""
+
+    def tensor_totype(t: torch.Tensor) -> torch.Tensor:
+        return t.to(dtype=torch.float) if t.device.type == "hpu" else to_type(t)
+
+    torch._tensor_str.tensor_totype = tensor_totype
+
+
+_print_in_fp32()

@@ -1,0 +1,31 @@
+"""``habana_frameworks.torch.core`` (htcore): graph cuts in lazy mode and module preparation."""
+
+import os
+from typing import Any
+
+import torch
+
+from habana_frameworks.torch import hpu  # noqa: F401  (``core.hpu.Event`` and friends, as on the real stack)
+
+
+def is_lazy() -> bool:
+    """Whether lazy mode is on (``PT_HPU_LAZY_MODE``, default 1), as read at activation."""
+    import virtual_hpu
+
+    return virtual_hpu.config().lazy
+
+
+def mark_step(device_str: str = "", sync: bool = False) -> None:
+    """Cut the pending lazy graph. The virtual device runs ops eagerly, so this only counts the cut;
+    in eager mode it is a no-op, as on Gaudi."""
+    if is_lazy():
+        torch.ops.virtual_hpu.mark_step()
+
+
+def hpu_set_env() -> None:
+    """Set the environment the bridge expects before a run; the virtual device needs none."""
+    os.environ.setdefault("PT_HPU_LAZY_MODE", "1" if is_lazy() else "0")
+
+
+def hpu_initialize(model: Any = None, mark_only_scales_as_const: bool = False, **kwargs: Any) -> None:
+    """Prepare a (quantized) model for inference on Gaudi; on the virtual device there is nothing to prepare."""

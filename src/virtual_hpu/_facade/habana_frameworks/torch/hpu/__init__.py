@@ -1,0 +1,108 @@
+"""``habana_frameworks.torch.hpu``, also registered as ``torch.hpu``: devices, memory, streams, random numbers."""
+
+from typing import Any, Union
+
+import torch
+
+from habana_frameworks.torch.hpu import random
+from habana_frameworks.torch.hpu.graphs import HPUGraph, graph
+from habana_frameworks.torch.hpu.memory import (
+    max_memory_allocated,
+    max_memory_cached,
+    max_memory_reserved,
+    mem_get_info,
+    memory_allocated,
+    memory_cached,
+    memory_reserved,
+    memory_stats,
+    reset_max_memory_allocated,
+    reset_peak_memory_stats,
+)
+from habana_frameworks.torch.hpu.random import (
+    get_rng_state,
+    initial_seed,
+    manual_seed,
+    manual_seed_all,
+    seed,
+    seed_all,
+    set_rng_state,
+)
+from habana_frameworks.torch.hpu.streams import Event, Stream, current_stream, default_stream, stream
+
+_DeviceLike = Union[torch.device, str, int, None]
+
+__all__ = [
+    "Event", "HPUGraph", "Stream", "current_device", "current_stream", "default_stream", "device", "device_count",
+    "get_device_name", "get_rng_state", "graph", "init", "initial_seed", "is_available", "is_initialized",
+    "manual_seed", "manual_seed_all", "max_memory_allocated", "max_memory_cached", "max_memory_reserved",
+    "mem_get_info", "memory_allocated", "memory_cached", "memory_reserved", "memory_stats", "random",
+    "reset_max_memory_allocated", "reset_peak_memory_stats", "seed", "seed_all", "set_device", "set_rng_state",
+    "stream", "synchronize",
+]
+
+
+def _lazy_init() -> None:
+    """Called by torch before first use of the device module; the device is ready at activation."""
+
+
+def init() -> None:
+    _lazy_init()
+
+
+def is_initialized() -> bool:
+    return True
+
+
+def is_available() -> bool:
+    return device_count() > 0
+
+
+def device_count() -> int:
+    return torch.ops.virtual_hpu.device_count()
+
+
+def current_device() -> int:
+    return torch.ops.virtual_hpu.current_device()
+
+
+def set_device(device: _DeviceLike) -> None:
+    torch.ops.virtual_hpu.set_device(_index(device))
+
+
+def get_device_name(device: _DeviceLike = None) -> str:
+    """``"GAUDI"``, ``"GAUDI2"`` or ``"GAUDI3"``, after ``VIRTUAL_HPU_GENERATION``."""
+    import virtual_hpu
+
+    return virtual_hpu.config().generation
+
+
+def synchronize(device: _DeviceLike = None) -> None:
+    """Work on the virtual device completes before each op returns: nothing to wait for."""
+
+
+def _index(device: _DeviceLike) -> int:
+    """Index of ``device`` (``hpu``, ``hpu:1``, ``1``, ``None``), the current device when it has none."""
+    if device is None:
+        return current_device()
+    if isinstance(device, int):
+        return device
+    device = torch.device(device)
+    if device.type != "hpu":
+        raise ValueError(f"Expected an hpu device, got {device}")
+    return current_device() if device.index is None else device.index
+
+
+class device:
+    """Context manager that makes ``device`` the current device, restoring the previous one on exit."""
+
+    def __init__(self, device: Any) -> None:
+        self.index = -1 if device is None else _index(device)
+        self.previous = -1
+
+    def __enter__(self) -> None:
+        self.previous = current_device()
+        if self.index >= 0:
+            set_device(self.index)
+
+    def __exit__(self, *exc: object) -> None:
+        set_device(self.previous)

@@ -1,0 +1,50 @@
+"""Streams and events. The virtual device runs every op to completion on the host, so they never wait."""
+
+from typing import Any, Optional
+
+import torch
+
+
+class Stream(torch.Stream):
+    """An HPU stream; ``torch.Stream`` already does all a synchronous device needs."""
+
+    def __new__(cls, device: Any = None, priority: int = 0, **kwargs: Any) -> "Stream":
+        if "stream_id" in kwargs:  # an existing stream, given by id, index and type
+            return super().__new__(cls, **kwargs)
+        return super().__new__(cls, device=_hpu(device), priority=priority)
+
+
+class Event(torch.Event):
+    """An HPU event; records a host timestamp so ``elapsed_time`` measures host time."""
+
+    def __new__(cls, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False) -> "Event":
+        return super().__new__(cls, device="hpu", enable_timing=enable_timing, blocking=blocking,
+                               interprocess=interprocess)
+
+
+def _hpu(device: Any) -> torch.device:
+    from habana_frameworks.torch.hpu import _index
+
+    return torch.device("hpu", _index(device))
+
+
+def current_stream(device: Any = None) -> Stream:
+    return default_stream(device)
+
+
+def default_stream(device: Any = None) -> Stream:
+    new = Stream(device)  # only to learn the index and type code of the device
+    return Stream(stream_id=0, device_index=new.device_index, device_type=new.device_type)
+
+
+class stream:
+    """Context manager selecting a stream; a no-op on a device without concurrency."""
+
+    def __init__(self, stream: Optional[torch.Stream]) -> None:
+        self.stream = stream
+
+    def __enter__(self) -> Optional[torch.Stream]:
+        return self.stream
+
+    def __exit__(self, *exc: object) -> None:
+        return None

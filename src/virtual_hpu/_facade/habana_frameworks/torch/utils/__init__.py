@@ -1,0 +1,3 @@
+"""``habana_frameworks.torch.utils``."""
+
+from habana_frameworks.torch.utils import experimental, internal, library_loader  # noqa: F401

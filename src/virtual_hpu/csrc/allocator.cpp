@@ -1,0 +1,170 @@
+// Host memory handed out as HPU memory, one accounting allocator per device index.
+#include "virtual_hpu.h"
+
+#include <c10/core/CPUAllocator.h>
+#include <c10/core/impl/alloc_cpu.h>
+#include <c10/util/Exception.h>
+#include <torch/library.h>
+
+#include <array>
+#include <mutex>
+
+namespace virtual_hpu {
+namespace {
+
+// The fields behind Gaudi's memory_stats(); without a pool every allocation is a system allocation.
+struct MemoryStats {
+  std::mutex mutex;
+  int64_t limit = 0;
+  int64_t in_use = 0;
+  int64_t max_in_use = 0;
+  int64_t num_allocs = 0;
+  int64_t num_frees = 0;
+  int64_t max_alloc_size = 0;
+};
+
+std::array<MemoryStats, kMaxDevices> g_stats;
+
+// Room in front of each block for its size and device, keeping the data 64-byte aligned.
+constexpr size_t kHeader = 64;
+struct BlockHeader {
+  size_t nbytes;
+  c10::DeviceIndex index;
+};
+
+double mib(int64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0); }
+
+void freeBlock(void* base) {
+  auto* header = static_cast<BlockHeader*>(base);
+  recordFree(header->index, header->nbytes, static_cast<char*>(base) + kHeader);
+  c10::free_cpu(base);
+}
+
+class HpuAllocator final : public c10::Allocator {
+ public:
+  void setIndex(c10::DeviceIndex index) { index_ = index; }
+
+  c10::DataPtr allocate(size_t nbytes) override {
+    c10::Device device(c10::DeviceType::HPU, index_);
+    if (nbytes == 0) return {nullptr, nullptr, nullptr, device};
+    void* base = c10::alloc_cpu(nbytes + kHeader);
+    void* data = static_cast<char*>(base) + kHeader;
+    try {
+      recordAlloc(index_, nbytes, data);
+    } catch (...) {
+      c10::free_cpu(base);
+      throw;
+    }
+    *static_cast<BlockHeader*>(base) = {nbytes, index_};
+    return {data, base, &freeBlock, device};
+  }
+
+  c10::DeleterFnPtr raw_deleter() const override { return nullptr; }
+
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    default_copy_data(dest, src, count);
+  }
+
+ private:
+  c10::DeviceIndex index_ = 0;
+};
+
+std::array<HpuAllocator, kMaxDevices>& allocators() {
+  static std::array<HpuAllocator, kMaxDevices> instances = [] {
+    std::array<HpuAllocator, kMaxDevices> all;
+    for (c10::DeviceIndex i = 0; i < kMaxDevices; ++i) all[i].setIndex(i);
+    return all;
+  }();
+  return instances;
+}
+
+// c10::GetAllocator(HPU) has no device argument: it serves the current device.
+class CurrentDeviceAllocator final : public c10::Allocator {
+ public:
+  c10::DataPtr allocate(size_t nbytes) override { return allocatorFor(currentDevice())->allocate(nbytes); }
+  c10::DeleterFnPtr raw_deleter() const override { return nullptr; }
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    default_copy_data(dest, src, count);
+  }
+};
+
+CurrentDeviceAllocator g_current_device_allocator;
+REGISTER_ALLOCATOR(c10::DeviceType::HPU, &g_current_device_allocator);
+
+MemoryStats& statsFor(int64_t index) {
+  TORCH_CHECK(index >= 0 && index < deviceCount(), "Invalid device hpu:", index);
+  return g_stats[index];
+}
+
+// Order of the values matches MEMORY_STATS_KEYS in virtual_hpu/_native.py.
+std::vector<int64_t> memoryStats(int64_t index) {
+  MemoryStats& s = statsFor(index);
+  std::lock_guard<std::mutex> lock(s.mutex);
+  int64_t active = s.num_allocs - s.num_frees;
+  return {s.limit, s.in_use, s.max_in_use, s.num_allocs, s.num_frees, active,
+          s.max_alloc_size, s.num_allocs, s.num_frees, active};
+}
+
+void resetPeakStats(int64_t index) {
+  MemoryStats& s = statsFor(index);
+  std::lock_guard<std::mutex> lock(s.mutex);
+  s.max_in_use = s.in_use;
+  s.max_alloc_size = 0;
+}
+
+void setMemoryLimit(int64_t index, int64_t limit_bytes) {
+  TORCH_CHECK(limit_bytes > 0, "memory limit must be positive, got ", limit_bytes);
+  MemoryStats& s = statsFor(index);
+  std::lock_guard<std::mutex> lock(s.mutex);
+  s.limit = limit_bytes;
+}
+
+TORCH_LIBRARY_FRAGMENT(virtual_hpu, m) {
+  m.def("memory_stats(int device) -> int[]", &memoryStats);
+  m.def("reset_peak_memory_stats(int device) -> ()", &resetPeakStats);
+  m.def("set_memory_limit(int device, int limit_bytes) -> ()", &setMemoryLimit);
+}
+
+}  // namespace
+
+c10::Allocator* allocatorFor(c10::DeviceIndex index) { return &allocators()[index]; }
+
+void recordAlloc(c10::DeviceIndex index, size_t nbytes, void* ptr) {
+  MemoryStats& s = g_stats[index];
+  const auto size = static_cast<int64_t>(nbytes);
+  int64_t in_use = 0;
+  bool booked = false;
+  {
+    std::lock_guard<std::mutex> lock(s.mutex);
+    in_use = s.in_use;
+    if (s.limit == 0 || in_use + size <= s.limit) {
+      in_use = s.in_use += size;
+      s.max_in_use = std::max(s.max_in_use, in_use);
+      s.max_alloc_size = std::max(s.max_alloc_size, size);
+      ++s.num_allocs;
+      booked = true;
+    }
+  }
+  c10::Device device(c10::DeviceType::HPU, index);
+  if (!booked) {
+    c10::reportOutOfMemoryToProfiler(size, in_use, in_use, device);
+    TORCH_CHECK_WITH(OutOfMemoryError, false, "HPU out of memory on hpu:", static_cast<int>(index),
+                     ": tried to allocate ", mib(size), " MiB; ", mib(in_use), " MiB in use of ", mib(s.limit),
+                     " MiB limit (VIRTUAL_HPU_MEMORY_MB)");
+  }
+  c10::reportMemoryUsageToProfiler(ptr, static_cast<int64_t>(nbytes), in_use, in_use, device);
+}
+
+void recordFree(c10::DeviceIndex index, size_t nbytes, void* ptr) {
+  MemoryStats& s = g_stats[index];
+  int64_t in_use = 0;
+  {
+    std::lock_guard<std::mutex> lock(s.mutex);
+    in_use = s.in_use -= static_cast<int64_t>(nbytes);
+    ++s.num_frees;
+  }
+  c10::reportMemoryUsageToProfiler(ptr, -static_cast<int64_t>(nbytes), in_use, in_use,
+                                   c10::Device(c10::DeviceType::HPU, index));
+}
+
+}  // namespace virtual_hpu

@@ -1,0 +1,143 @@
+// The device itself: a DeviceGuardImpl and HPU hooks so that torch treats `hpu` as available.
+#include "virtual_hpu.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <c10/core/CPUAllocator.h>
+#include <ATen/detail/HPUHooksInterface.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <torch/library.h>
+
+#include <atomic>
+#include <chrono>
+
+namespace virtual_hpu {
+namespace {
+
+std::atomic<c10::DeviceIndex> g_device_count{0};
+std::atomic<bool> g_lazy{true};
+// Like CUDA, the current device is per thread.
+thread_local c10::DeviceIndex t_current_device = 0;
+std::atomic<int64_t> g_next_stream_id{1};
+
+// Events only carry a host timestamp: work on the virtual device is synchronous.
+struct HostEvent {
+  std::chrono::steady_clock::time_point recorded;
+};
+
+struct HpuGuardImpl final : c10::impl::DeviceGuardImplInterface {
+  c10::DeviceType type() const override { return c10::DeviceType::HPU; }
+
+  c10::Device exchangeDevice(c10::Device device) const override {
+    c10::Device previous = getDevice();
+    if (device.index() >= 0) setCurrentDevice(device.index());
+    return previous;
+  }
+  c10::Device getDevice() const override { return {c10::DeviceType::HPU, currentDevice()}; }
+  void setDevice(c10::Device device) const override {
+    if (device.index() >= 0) setCurrentDevice(device.index());
+  }
+  void uncheckedSetDevice(c10::Device device) const noexcept override {
+    if (device.index() >= 0) t_current_device = device.index();
+  }
+
+  c10::Stream getStream(c10::Device device) const override { return c10::Stream(c10::Stream::DEFAULT, device); }
+  c10::Stream getDefaultStream(c10::Device device) const override { return c10::Stream(c10::Stream::DEFAULT, device); }
+  c10::Stream getNewStream(c10::Device device, int /*priority*/) const override {
+    c10::Device on(c10::DeviceType::HPU, device.has_index() ? device.index() : currentDevice());
+    return c10::Stream(c10::Stream::UNSAFE, on, g_next_stream_id++);
+  }
+  c10::Stream getStreamFromGlobalPool(c10::Device device, bool /*high_priority*/) const override {
+    return getNewStream(device, 0);
+  }
+  c10::Stream exchangeStream(c10::Stream stream) const override { return c10::Stream(c10::Stream::DEFAULT, stream.device()); }
+  c10::DeviceIndex deviceCount() const noexcept override { return g_device_count.load(); }
+
+  void record(void** event, const c10::Stream& /*stream*/, const c10::DeviceIndex /*device_index*/,
+              const c10::EventFlag /*flag*/) const override {
+    if (*event == nullptr) *event = new HostEvent();
+    static_cast<HostEvent*>(*event)->recorded = std::chrono::steady_clock::now();
+  }
+  void destroyEvent(void* event, const c10::DeviceIndex /*device_index*/) const noexcept override {
+    delete static_cast<HostEvent*>(event);
+  }
+  void block(void* /*event*/, const c10::Stream& /*stream*/) const override {}
+  bool queryEvent(void* /*event*/) const override { return true; }
+  bool queryStream(const c10::Stream& /*stream*/) const override { return true; }
+  void synchronizeStream(const c10::Stream& /*stream*/) const override {}
+  void synchronizeEvent(void* /*event*/) const override {}
+  void synchronizeDevice(const c10::DeviceIndex /*device_index*/) const override {}
+  void recordDataPtrOnStream(const c10::DataPtr& /*data_ptr*/, const c10::Stream& /*stream*/) const override {}
+  double elapsedTime(void* start, void* end, const c10::DeviceIndex /*device_index*/) const override {
+    TORCH_CHECK(start && end, "Both events must be recorded before measuring the elapsed time");
+    auto elapsed = static_cast<HostEvent*>(end)->recorded - static_cast<HostEvent*>(start)->recorded;
+    return std::chrono::duration<double, std::milli>(elapsed).count();
+  }
+};
+
+C10_REGISTER_GUARD_IMPL(HPU, HpuGuardImpl);
+
+void configure(int64_t devices, bool lazy) {
+  TORCH_CHECK(devices >= 1 && devices <= kMaxDevices, "device count must be in [1, ", kMaxDevices, "], got ", devices);
+  g_device_count = static_cast<c10::DeviceIndex>(devices);
+  g_lazy = lazy;
+}
+
+TORCH_LIBRARY_FRAGMENT(virtual_hpu, m) {
+  m.def("configure(int devices, bool lazy) -> ()", &configure);
+  m.def("device_count() -> int", [] { return static_cast<int64_t>(deviceCount()); });
+  m.def("current_device() -> int", [] { return static_cast<int64_t>(currentDevice()); });
+  m.def("set_device(int index) -> ()", [](int64_t index) { setCurrentDevice(static_cast<c10::DeviceIndex>(index)); });
+}
+
+}  // namespace
+
+c10::DeviceIndex deviceCount() { return g_device_count.load(); }
+c10::DeviceIndex currentDevice() { return t_current_device; }
+bool isLazy() { return g_lazy.load(); }
+
+void setCurrentDevice(c10::DeviceIndex index) {
+  TORCH_CHECK(index >= 0 && index < deviceCount(), "Invalid device hpu:", static_cast<int>(index), ": ",
+              static_cast<int>(deviceCount()), " virtual HPU device(s) configured (VIRTUAL_HPU_DEVICES)");
+  t_current_device = index;
+}
+
+c10::DeviceIndex resolveIndex(std::optional<c10::Device> device) {
+  c10::DeviceIndex index = device && device->has_index() ? device->index() : currentDevice();
+  TORCH_CHECK(index >= 0 && index < deviceCount(), "Invalid device hpu:", static_cast<int>(index), ": ",
+              static_cast<int>(deviceCount()), " virtual HPU device(s) configured (VIRTUAL_HPU_DEVICES)");
+  return index;
+}
+
+}  // namespace virtual_hpu
+
+namespace at {
+
+// Named `HPUHooks` because torch looks the hooks up by that name.
+struct HPUHooks final : HPUHooksInterface {
+  explicit HPUHooks(HPUHooksArgs /*args*/) {}
+  void init() const override {}
+  bool isBuilt() const override { return true; }
+  bool isAvailable() const override { return virtual_hpu::deviceCount() > 0; }
+  bool hasHPU() const override { return true; }
+  bool hasPrimaryContext(c10::DeviceIndex /*device_index*/) const override { return true; }
+  c10::DeviceIndex deviceCount() const override { return virtual_hpu::deviceCount(); }
+  void setCurrentDevice(c10::DeviceIndex device) const override { virtual_hpu::setCurrentDevice(device); }
+  c10::DeviceIndex getCurrentDevice() const override { return virtual_hpu::currentDevice(); }
+  c10::DeviceIndex exchangeDevice(c10::DeviceIndex device) const override {
+    c10::DeviceIndex previous = virtual_hpu::currentDevice();
+    virtual_hpu::setCurrentDevice(device);
+    return previous;
+  }
+  c10::DeviceIndex maybeExchangeDevice(c10::DeviceIndex device) const override { return exchangeDevice(device); }
+  // Random numbers for HPU tensors come from the CPU generator, so seeded runs match CPU runs.
+  const Generator& getDefaultGenerator(c10::DeviceIndex /*device_index*/) const override {
+    return detail::getDefaultCPUGenerator();
+  }
+  Device getDeviceFromPtr(void* /*data*/) const override { return {c10::DeviceType::HPU, virtual_hpu::currentDevice()}; }
+  bool isPinnedPtr(const void* /*data*/) const override { return false; }
+  Allocator* getPinnedMemoryAllocator() const override { return c10::GetCPUAllocator(); }
+};
+
+REGISTER_HPU_HOOKS(HPUHooks);
+
+}  // namespace at

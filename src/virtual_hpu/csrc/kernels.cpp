@@ -1,0 +1,112 @@
+// The aten kernels the HPU key needs of its own: allocation, copies, views and storage changes.
+#include "virtual_hpu.h"
+
+#include <ATen/EmptyTensor.h>
+#include <ATen/native/Resize.h>
+#include <ATen/ops/_local_scalar_dense_native.h>
+#include <ATen/ops/_reshape_alias_native.h>
+#include <ATen/ops/as_strided_native.h>
+#include <ATen/ops/resize_native.h>
+#include <ATen/ops/set_native.h>
+#include <ATen/ops/view_native.h>
+#include <torch/library.h>
+
+namespace virtual_hpu {
+namespace {
+
+at::Tensor empty(c10::IntArrayRef size, std::optional<c10::ScalarType> dtype, std::optional<c10::Layout> /*layout*/,
+                 std::optional<c10::Device> device, std::optional<bool> /*pin_memory*/,
+                 std::optional<c10::MemoryFormat> memory_format) {
+  const c10::ScalarType type = c10::dtype_or_default(dtype);
+  checkDtype(type);
+  return at::detail::empty_generic(size, allocatorFor(resolveIndex(device)), c10::DispatchKeySet(c10::DispatchKey::HPU),
+                                   type, memory_format);
+}
+
+at::Tensor emptyStrided(c10::IntArrayRef size, c10::IntArrayRef stride, std::optional<c10::ScalarType> dtype,
+                        std::optional<c10::Layout> /*layout*/, std::optional<c10::Device> device,
+                        std::optional<bool> /*pin_memory*/) {
+  const c10::ScalarType type = c10::dtype_or_default(dtype);
+  checkDtype(type);
+  return at::detail::empty_strided_generic(size, stride, allocatorFor(resolveIndex(device)),
+                                           c10::DispatchKeySet(c10::DispatchKey::HPU), type);
+}
+
+// Every transfer to or from the device runs as a CPU copy between aliases of the same memory.
+at::Tensor copyFrom(const at::Tensor& self, const at::Tensor& dst, bool /*non_blocking*/) {
+  if (self.is_hpu() && !dst.is_hpu()) {
+    countHostSync();
+  } else {
+    countOp();
+  }
+  CpuAliases aliases;
+  at::Tensor source = self.is_hpu() ? aliases.toCpu(self) : self;
+  at::Tensor target = dst.is_hpu() ? aliases.toCpu(dst) : dst;
+  target.copy_(source);
+  return dst;
+}
+
+at::Tensor copyFromAndResize(const at::Tensor& self, const at::Tensor& dst) {
+  dst.resize_(self.sizes());
+  return copyFrom(self, dst, false);
+}
+
+c10::Scalar localScalarDense(const at::Tensor& self) {
+  countHostSync();
+  CpuAliases aliases;
+  return at::native::_local_scalar_dense_cpu(aliases.toCpu(self));
+}
+
+// Storages set into HPU tensors must be HPU storages.
+at::Tensor& setStorage(at::Tensor& self, c10::Storage source, int64_t storage_offset, c10::IntArrayRef size,
+                       c10::IntArrayRef stride) {
+  TORCH_CHECK(source.device().is_hpu(), "set_: expected a storage on hpu, got one on ", source.device());
+  return at::native::set_storage_cpu_(self, std::move(source), storage_offset, size, stride);
+}
+
+at::Tensor& setWholeStorage(at::Tensor& self, c10::Storage source) {
+  const int64_t numel = static_cast<int64_t>(source.nbytes() / self.dtype().itemsize());
+  return setStorage(self, std::move(source), 0, {numel}, {});
+}
+
+at::Tensor& setTensor(at::Tensor& self, const at::Tensor& source) {
+  return setStorage(self, source.storage(), source.storage_offset(), source.sizes(), source.strides());
+}
+
+at::Tensor& setEmpty(at::Tensor& self) {
+  c10::Storage storage(c10::Storage::use_byte_size_t(), 0, allocatorFor(resolveIndex(self.device())), true);
+  return setStorage(self, std::move(storage), 0, {0}, {});
+}
+
+TORCH_LIBRARY_IMPL(aten, HPU, m) {
+  m.impl("empty.memory_format", &empty);
+  m.impl("empty_strided", &emptyStrided);
+  m.impl("_copy_from", &copyFrom);
+  m.impl("_copy_from_and_resize", &copyFromAndResize);
+  m.impl("_local_scalar_dense", &localScalarDense);
+  m.impl("as_strided", &at::native::as_strided_tensorimpl);
+  m.impl("view", &at::native::view);
+  m.impl("_reshape_alias", &at::native::_reshape_alias);
+  m.impl("resize_", &at::native::resize_);
+  m.impl("set_.source_Storage", &setWholeStorage);
+  m.impl("set_.source_Storage_storage_offset", &setStorage);
+  m.impl("set_.source_Tensor", &setTensor);
+  m.impl("set_", &setEmpty);
+  // Without these, convolution would look for convolution_overrideable, which has no CPU kernel.
+  m.impl("convolution", torch::CppFunction::makeFromBoxedFunction<&hpuFallback>());
+  m.impl("convolution_backward", torch::CppFunction::makeFromBoxedFunction<&hpuFallback>());
+}
+
+TORCH_LIBRARY_IMPL(_, HPU, m) { m.fallback(torch::CppFunction::makeFromBoxedFunction<&hpuFallback>()); }
+
+}  // namespace
+
+void checkDtype(c10::ScalarType dtype) {
+  TORCH_CHECK_TYPE(dtype != c10::ScalarType::Double && dtype != c10::ScalarType::ComplexDouble &&
+                       dtype != c10::ScalarType::ComplexFloat,
+                   "Gaudi does not support ", dtype,
+                   " tensors on hpu (no fp64 or complex support); use torch.float32 instead, "
+                   "or keep this tensor on the CPU");
+}
+
+}  // namespace virtual_hpu

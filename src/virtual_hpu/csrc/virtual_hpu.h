@@ -1,0 +1,63 @@
+// Shared declarations of the virtual Gaudi core: a CPU-backed `hpu` device.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/core/Allocator.h>
+#include <c10/core/Device.h>
+
+namespace virtual_hpu {
+
+// Upper bound on the number of devices a process may configure.
+constexpr c10::DeviceIndex kMaxDevices = 16;
+
+// ---- device.cpp: configuration and the current device ----
+c10::DeviceIndex deviceCount();
+c10::DeviceIndex currentDevice();
+void setCurrentDevice(c10::DeviceIndex index);
+// Index of `device`, or the current device when it carries none; validates the range.
+c10::DeviceIndex resolveIndex(std::optional<c10::Device> device);
+bool isLazy();
+
+// ---- allocator.cpp: host memory tagged with an HPU device, with accounting ----
+c10::Allocator* allocatorFor(c10::DeviceIndex index);
+// Books `nbytes` at `index` (raises torch.OutOfMemoryError over the limit).
+void recordAlloc(c10::DeviceIndex index, size_t nbytes, void* ptr);
+void recordFree(c10::DeviceIndex index, size_t nbytes, void* ptr);
+
+// ---- kernels.cpp ----
+// Gaudi has no fp64 (nor complex) support: refuse such HPU tensors.
+void checkDtype(c10::ScalarType dtype);
+
+// ---- aliasing.cpp: HPU tensors seen as CPU tensors on the same memory ----
+class CpuAliases {
+ public:
+  // CPU tensor on the memory of `hpu`; tensors sharing a storage share the alias storage.
+  at::Tensor toCpu(const at::Tensor& hpu);
+  // HPU tensor for a CPU result: the original input, an HPU view, or an adopted new tensor.
+  at::Tensor toHpu(const at::Tensor& cpu, c10::DeviceIndex index);
+  // Brings a resize or re-seat done by a CPU kernel on `cpu` back to its HPU original.
+  static void writeBack(const at::Tensor& hpu, const at::Tensor& cpu);
+
+ private:
+  struct Entry {
+    c10::StorageImpl* hpu_storage;
+    c10::Storage cpu_storage;
+  };
+  struct Input {
+    c10::TensorImpl* cpu_impl;
+    at::Tensor hpu;
+  };
+  std::vector<Entry> storages_;
+  std::vector<Input> inputs_;
+  std::vector<std::pair<c10::StorageImpl*, c10::Storage>> adopted_;
+};
+
+// ---- fallback.cpp ----
+void hpuFallback(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::jit::Stack* stack);
+
+// ---- accounting.cpp: cheap counters for lazy-mode behaviour ----
+void countOp();
+void countHostSync();
+
+}  // namespace virtual_hpu
