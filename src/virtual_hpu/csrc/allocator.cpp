@@ -7,6 +7,8 @@
 #include <torch/library.h>
 
 #include <array>
+#include <cstdio>
+#include <string>
 #include <mutex>
 
 namespace virtual_hpu {
@@ -32,7 +34,11 @@ struct BlockHeader {
   c10::DeviceIndex index;
 };
 
-double mib(int64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0); }
+std::string mib(int64_t bytes) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.2f", static_cast<double>(bytes) / (1024.0 * 1024.0));
+  return text;
+}
 
 void freeBlock(void* base) {
   auto* header = static_cast<BlockHeader*>(base);

@@ -14,12 +14,12 @@ class Stream(torch.Stream):
         return super().__new__(cls, device=_hpu(device), priority=priority)
 
 
-class Event(torch.Event):
-    """An HPU event; records a host timestamp so ``elapsed_time`` measures host time."""
+def Event(enable_timing: bool = False, blocking: bool = False, interprocess: bool = False) -> torch.Event:
+    """An HPU event: a ``torch.Event`` on ``hpu`` (not a subclass, which torch's ``elapsed_time`` rejects).
 
-    def __new__(cls, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False) -> "Event":
-        return super().__new__(cls, device="hpu", enable_timing=enable_timing, blocking=blocking,
-                               interprocess=interprocess)
+    It records a host timestamp, so ``elapsed_time`` measures host time.
+    """
+    return torch.Event(device="hpu", enable_timing=enable_timing, blocking=blocking, interprocess=interprocess)
 
 
 def _hpu(device: Any) -> torch.device:

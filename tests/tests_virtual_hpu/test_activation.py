@@ -1,0 +1,127 @@
+"""Activation: explicit only, refused over a real installation, knobs validated, announced once."""
+
+import pytest
+
+from virtual_hpu._config import resolve
+
+
+def test_import_alone_changes_nothing(python):
+    result = python(
+        """
+        import importlib.util, sys, torch, virtual_hpu
+        print(virtual_hpu.is_active(), hasattr(torch, "hpu"), importlib.util.find_spec("habana_frameworks"))
+        print(any("virtual_hpu_core" in name for name in torch.ops.loaded_libraries))
+        try:
+            torch.empty(1, device="hpu")
+        except Exception:  # plain torch has no hpu device
+            print("no hpu")
+        """
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["False", "False", "None", "False", "no", "hpu"]
+    assert result.stderr == ""
+
+
+def test_env_activation_in_a_child_announces_once(python):
+    result = python(
+        """
+        import torch, virtual_hpu
+        assert virtual_hpu.activate_from_env()
+        virtual_hpu.activate()  # again: no second announcement
+        import habana_frameworks.torch.hpu as hthpu
+        print(torch.hpu.device_count(), hthpu.get_device_name(), torch.ones(2, device="hpu:2").device)
+        """,
+        VIRTUAL_HPU="1",
+        VIRTUAL_HPU_DEVICES="3",
+        VIRTUAL_HPU_GENERATION="gaudi3",
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["3", "GAUDI3", "hpu:2"]
+    lines = [line for line in result.stderr.splitlines() if "Virtual Gaudi" in line]
+    assert lines == ["Virtual Gaudi active: 3 x GAUDI3 (host memory), 131072 MiB per device, lazy mode; "
+                     "not a real accelerator"]
+
+
+def test_env_off_does_not_activate(python):
+    result = python("import virtual_hpu; print(virtual_hpu.activate_from_env())", VIRTUAL_HPU="0")
+    assert result.stdout.strip() == "False"
+
+
+def test_refuses_over_a_real_installation(tmp_path, python):
+    fake = tmp_path / "site" / "habana_frameworks"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("")
+    result = python(
+        f"""
+        import sys, torch, virtual_hpu
+        sys.path.insert(0, {str(fake.parent)!r})
+        try:
+            virtual_hpu.activate()
+        except RuntimeError as err:
+            print(err)
+        print(virtual_hpu.is_active(), hasattr(torch, "hpu"))
+        """
+    )
+    assert result.returncode == 0, result.stderr
+    assert "A real Intel Gaudi software stack is installed" in result.stdout
+    assert str(fake) in result.stdout
+    assert result.stdout.split()[-2:] == ["False", "False"]
+
+
+def test_cannot_change_an_active_device():
+    import virtual_hpu
+
+    assert virtual_hpu.activate() == virtual_hpu.config()
+    with pytest.raises(RuntimeError, match="already active"):
+        virtual_hpu.activate(devices=2)
+
+
+@pytest.mark.parametrize(
+    ("env", "kwargs", "match"),
+    [
+        ({"VIRTUAL_HPU_DEVICES": "0"}, {}, r"VIRTUAL_HPU_DEVICES must be an integer in \[1, 16\], got '0'"),
+        ({"VIRTUAL_HPU_DEVICES": "many"}, {}, "VIRTUAL_HPU_DEVICES must be an integer"),
+        ({}, {"devices": 17}, r"VIRTUAL_HPU_DEVICES must be an integer in \[1, 16\], got 17"),
+        ({"VIRTUAL_HPU_GENERATION": "GAUDI4"}, {}, "VIRTUAL_HPU_GENERATION must be one of GAUDI, GAUDI2, GAUDI3"),
+        ({"VIRTUAL_HPU_MEMORY_MB": "-5"}, {}, r"VIRTUAL_HPU_MEMORY_MB must be an integer in \[1, 1048576\]"),
+        ({}, {"memory_mb": 0}, "VIRTUAL_HPU_MEMORY_MB must be an integer"),
+        ({"PT_HPU_LAZY_MODE": "2"}, {}, "PT_HPU_LAZY_MODE must be 0"),
+    ],
+)
+def test_invalid_knobs_are_rejected(monkeypatch, env, kwargs, match):
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    with pytest.raises(ValueError, match=match):
+        resolve(**kwargs)
+
+
+def test_knob_defaults_and_generation_memory(monkeypatch):
+    for key in ("VIRTUAL_HPU_DEVICES", "VIRTUAL_HPU_GENERATION", "VIRTUAL_HPU_MEMORY_MB", "PT_HPU_LAZY_MODE"):
+        monkeypatch.delenv(key, raising=False)
+    default = resolve()
+    assert (default.devices, default.generation, default.memory_mb, default.lazy) == (8, "GAUDI2", 98304, True)
+    gaudi = resolve(generation="GAUDI")
+    assert gaudi.memory_mb == 32768 and not gaudi.fp16_supported
+    monkeypatch.setenv("VIRTUAL_HPU_MEMORY_MB", "1024")
+    assert resolve(devices=2).memory_mb == 1024
+
+
+def test_bad_env_flag_is_reported(python):
+    result = python("import virtual_hpu; virtual_hpu.activate_from_env()", VIRTUAL_HPU="yes")
+    assert "VIRTUAL_HPU must be 1 (on) or 0 (off), got 'yes'" in result.stderr
+
+
+def test_children_load_the_built_library_without_building(python):
+    result = python(
+        """
+        import torch.utils.cpp_extension as ext
+        def refuse(*args, **kwargs):
+            raise AssertionError("rebuilt")
+        ext.load = refuse
+        import torch, virtual_hpu
+        virtual_hpu.activate()
+        print(torch.ones(1, device="hpu").device)
+        """
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "hpu:0"

@@ -1,0 +1,109 @@
+"""torch.autocast("hpu") follows the op lists, matches cpu autocast for the same ops, and supports backward."""
+
+import pytest
+import torch
+from torch import nn
+
+from virtual_hpu import autocast
+
+
+@pytest.fixture(autouse=True)
+def _restore_lists():
+    lower, fp32 = autocast.op_lists()
+    yield
+    autocast.set_op_lists(lower, fp32)
+
+
+def test_default_lists_are_gaudis():
+    lower, fp32 = autocast.op_lists()
+    assert {"linear", "matmul", "conv2d", "bmm", "softmax"} <= set(lower)
+    assert {"cross_entropy_loss", "nll_loss", "exp", "log", "div"} <= set(fp32)
+
+
+def test_linear_matches_cpu_autocast_including_backward():
+    torch.manual_seed(0)
+    cpu_layer = nn.Linear(8, 4)
+    hpu_layer = nn.Linear(8, 4).to("hpu")
+    hpu_layer.load_state_dict(cpu_layer.state_dict())
+    x = torch.randn(3, 8, requires_grad=True)
+    hx = x.detach().to("hpu").requires_grad_()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        expected = cpu_layer(x)
+    with torch.autocast("hpu", dtype=torch.bfloat16):
+        actual = hpu_layer(hx)
+    assert actual.dtype == torch.bfloat16
+    assert torch.equal(actual.cpu(), expected)
+    expected.float().square().sum().backward()
+    actual.float().square().sum().backward()
+    assert hpu_layer.weight.grad.dtype == torch.float32
+    assert torch.equal(hx.grad.cpu(), x.grad)
+    assert torch.equal(hpu_layer.weight.grad.cpu(), cpu_layer.weight.grad)
+
+
+def test_fp32_list_and_unlisted_ops():
+    x = torch.randn(4, 5, device="hpu").bfloat16()
+    with torch.autocast("hpu", dtype=torch.bfloat16):
+        assert torch.exp(x).dtype == torch.float32  # fp32 list
+        assert torch.relu(x).dtype == torch.bfloat16  # unlisted: runs in its input's dtype
+        assert torch.relu(x.float()).dtype == torch.float32
+    assert torch.exp(x).dtype == torch.bfloat16  # outside autocast nothing is cast
+
+
+def test_set_op_lists_moves_ops_and_rejects_unknown_names():
+    x = torch.randn(4, 5, device="hpu")
+    autocast.set_op_lists(lower=["relu"], fp32=["mm"])
+    with torch.autocast("hpu", dtype=torch.bfloat16):
+        assert torch.relu(x).dtype == torch.bfloat16
+        assert (x.bfloat16() @ x.t().bfloat16()).dtype == torch.float32
+        assert nn.functional.linear(x, x).dtype == torch.float32  # no longer listed
+    with pytest.raises(ValueError, match="not_an_op"):
+        autocast.set_op_lists(lower=["not_an_op"])
+    assert autocast.op_lists() == (("relu",), ("mm",))
+
+
+def test_fp16_autocast_and_batch_norm_statistics():
+    bn = nn.BatchNorm1d(4).to("hpu")
+    x = torch.randn(6, 4, device="hpu") + 3
+    with torch.autocast("hpu", dtype=torch.float16):
+        out = nn.functional.linear(x, torch.eye(4, device="hpu"))
+        normed = bn(out)
+    assert out.dtype == torch.float16 and normed.dtype == torch.float16
+    assert bn.running_mean.dtype == torch.float32
+    assert bn.running_mean.min().item() > 0.1  # the statistics were updated in place
+
+
+def test_env_lists_are_read_at_activation(tmp_path, python):
+    lower, fp32 = tmp_path / "lower.txt", tmp_path / "fp32.txt"
+    lower.write_text("relu\n\nmm\n")
+    fp32.write_text("linear\n")
+    result = python(
+        """
+        import torch, virtual_hpu
+        virtual_hpu.activate()
+        x = torch.randn(3, 3, device="hpu")
+        with torch.autocast("hpu", dtype=torch.bfloat16):
+            print(torch.relu(x).dtype, (x @ x).dtype, torch.nn.functional.linear(x.bfloat16(), x.bfloat16()).dtype)
+        """,
+        LOWER_LIST=str(lower),
+        FP32_LIST=str(fp32),
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["torch.bfloat16", "torch.bfloat16", "torch.float32"]
+
+
+def test_fp16_is_refused_on_first_generation_gaudi(python):
+    result = python(
+        """
+        import torch, virtual_hpu
+        virtual_hpu.activate(generation="GAUDI")
+        import habana_frameworks.torch.utils.experimental as htexp
+        print(htexp._is_fp16_supported())
+        x = torch.randn(2, 2, device="hpu")
+        with torch.autocast("hpu", dtype=torch.bfloat16):
+            print((x @ x).dtype)
+        with torch.autocast("hpu", dtype=torch.float16):
+            x @ x
+        """
+    )
+    assert result.stdout.split() == ["False", "torch.bfloat16"]
+    assert "float16 autocast is not supported on first-generation Gaudi" in result.stderr

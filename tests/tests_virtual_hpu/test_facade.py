@@ -1,0 +1,75 @@
+"""The habana_frameworks API that integrations (Lightning, DeepSpeed) call."""
+
+import pytest
+import torch
+
+import habana_frameworks.torch.core as htcore
+import habana_frameworks.torch.hpu as hthpu
+from habana_frameworks.torch.core.step_closure import _mark_step_if_lazy
+from habana_frameworks.torch.utils import experimental, internal, library_loader
+
+
+def test_device_queries():
+    assert torch.hpu is hthpu
+    assert hthpu.is_available() and library_loader.is_habana_available()
+    assert hthpu.device_count() == 8 == torch.hpu.device_count()
+    assert hthpu.get_device_name() == "GAUDI2"
+    assert experimental._get_device_type() == experimental.synDeviceType.synDeviceGaudi2
+    assert experimental._is_fp16_supported() and internal.is_lazy()
+    hthpu.set_device(3)
+    try:
+        assert hthpu.current_device() == 3
+        assert torch.empty(1, device="hpu").device == torch.device("hpu:3")
+    finally:
+        hthpu.set_device(0)
+    with pytest.raises(RuntimeError, match="hpu:9"):
+        hthpu.set_device(9)
+    hthpu.synchronize()
+
+
+def test_random_state_is_shared_with_cpu():
+    hthpu.random.manual_seed(123)
+    assert hthpu.random.initial_seed() == 123
+    state = hthpu.random.get_rng_state()
+    first = torch.randn(4, device="hpu")
+    hthpu.random.set_rng_state(state)
+    assert torch.equal(torch.randn(4, device="hpu"), first)
+    torch.manual_seed(123)
+    assert torch.equal(torch.randn(4), first.cpu())
+    assert hthpu.random.default_generators[7] is torch.default_generator
+    with pytest.raises(IndexError):
+        hthpu.random.default_generators[8]
+
+
+def test_streams_events_and_graphs():
+    stream = hthpu.Stream()
+    assert isinstance(stream, torch.Stream) and stream.device == torch.device("hpu:0")
+    assert hthpu.default_stream().stream_id == 0 and hthpu.current_stream().device_type == stream.device_type
+    with hthpu.stream(stream):
+        torch.ones(2, device="hpu")
+    start, end = htcore.hpu.Event(enable_timing=True), hthpu.Event(enable_timing=True)
+    start.record()
+    torch.ones(1000, device="hpu").sum()
+    end.record()
+    end.synchronize()
+    assert start.query() and start.elapsed_time(end) >= 0
+    graph = hthpu.HPUGraph()
+    with hthpu.graph(graph):
+        captured = torch.ones(2, device="hpu") + 1
+    graph.replay()
+    assert captured.tolist() == [2.0, 2.0]
+
+
+def test_core_helpers():
+    htcore.hpu_set_env()
+    model = torch.nn.Linear(2, 2).to("hpu")
+    assert htcore.hpu_initialize(model, mark_only_scales_as_const=True) is None
+    _mark_step_if_lazy()
+
+
+def test_checkpointing_uses_the_device_module():
+    layer = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Dropout(0.5)).to("hpu")
+    x = torch.randn(2, 4, device="hpu", requires_grad=True)
+    out = torch.utils.checkpoint.checkpoint(layer, x, use_reentrant=False)
+    out.sum().backward()
+    assert x.grad.device.type == "hpu"
