@@ -5,6 +5,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Optional
 
 import pytest
 
@@ -20,14 +21,21 @@ def _activate() -> None:
 _activate()
 
 
-def run_python(code: str, **env: str) -> subprocess.CompletedProcess:
-    """Run ``code`` in a fresh interpreter with ``src`` importable and ``env`` added to the environment."""
+def run_python(code: str, script_dir: Optional[Path] = None, **env: str) -> subprocess.CompletedProcess:
+    """Run ``code`` in a fresh interpreter with ``src`` importable and ``env`` added to the environment.
+
+    With ``script_dir`` the code runs from a file there, as code that spawns processes needs.
+    """
     child_env = {k: v for k, v in os.environ.items() if not k.startswith(("VIRTUAL_HPU", "PT_HPU", "LOWER_LIST", "FP32"))}
     child_env["PYTHONPATH"] = os.pathsep.join(filter(None, [SRC, os.environ.get("PYTHONPATH")]))
     child_env.update(env)
-    return subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)], env=child_env, capture_output=True, text=True, timeout=120
-    )
+    code = textwrap.dedent(code)
+    command = [sys.executable, "-c", code]
+    if script_dir is not None:
+        script = script_dir / "script.py"
+        script.write_text(code)
+        command = [sys.executable, str(script)]
+    return subprocess.run(command, env=child_env, capture_output=True, text=True, timeout=120)
 
 
 @pytest.fixture

@@ -73,3 +73,27 @@ def test_checkpointing_uses_the_device_module():
     out = torch.utils.checkpoint.checkpoint(layer, x, use_reentrant=False)
     out.sum().backward()
     assert x.grad.device.type == "hpu"
+
+
+@pytest.mark.parametrize("wd_as_tensor", [False, True], ids=["lazy", "eager"])
+def test_fused_adamw_op(wd_as_tensor):
+    """torch.ops.hpu.optimizer_adamw as DeepSpeed's FusedAdam calls it, against the formula it implements."""
+    torch.manual_seed(0)
+    lr, beta1, beta2, eps, wd, step = 1e-2, 0.9, 0.999, 1e-8, 0.1, 3
+    weights = [torch.randn(5, 3), torch.randn(7)]
+    grads = [torch.randn_like(w) for w in weights]
+    m = [torch.randn_like(w) for w in weights]
+    v = [torch.rand_like(w) for w in weights]
+    neg_step = -lr * (1 - beta2**step) ** 0.5 / (1 - beta1**step)
+    hpu = [[t.to("hpu") for t in ts] for ts in (grads, weights, m, v)]
+    modified_wd = 1 - wd * lr
+    wd_arg = torch.tensor([modified_wd], device="hpu") if wd_as_tensor else modified_wd
+    torch.ops.hpu.optimizer_adamw(*hpu, torch.tensor([neg_step], device="hpu"), beta1, beta2, eps, wd_arg)
+    for g, w, m_, v_, (hw, hm, hv) in zip(grads, weights, m, v, zip(hpu[1], hpu[2], hpu[3])):
+        m_ = beta1 * m_ + (1 - beta1) * g
+        v_ = beta2 * v_ + (1 - beta2) * g * g
+        w = w * modified_wd + neg_step * m_ / (v_.sqrt() + eps)
+        torch.testing.assert_close(hm.cpu(), m_)
+        torch.testing.assert_close(hv.cpu(), v_)
+        torch.testing.assert_close(hw.cpu(), w)
+        assert hw.device.type == "hpu"

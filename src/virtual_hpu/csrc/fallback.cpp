@@ -5,6 +5,33 @@
 #include <ATen/core/stack.h>
 
 namespace virtual_hpu {
+namespace {
+
+// Applies `map` to every tensor in `value`: a tensor, an optional tensor, or (nested) lists of them.
+template <typename Map>
+c10::IValue mapTensors(const c10::IValue& value, const Map& map) {
+  if (value.isTensor()) return map(value.toTensor());
+  if (value.isTensorList()) {
+    c10::List<at::Tensor> mapped;
+    for (const at::Tensor& t : value.toTensorList()) mapped.push_back(map(t));
+    return mapped;
+  }
+  if (value.isOptionalTensorList()) {
+    c10::List<std::optional<at::Tensor>> mapped;
+    for (const std::optional<at::Tensor>& t : value.toOptionalTensorList()) {
+      mapped.push_back(t ? std::optional<at::Tensor>(map(*t)) : std::nullopt);
+    }
+    return mapped;
+  }
+  if (value.isList()) {  // e.g. Tensor[][] of collectives
+    c10::impl::GenericList mapped(value.toList().elementType());
+    for (const c10::IValue& element : value.toList()) mapped.push_back(mapTensors(element, map));
+    return mapped;
+  }
+  return value;
+}
+
+}  // namespace
 
 void hpuFallback(const c10::OperatorHandle& op, c10::DispatchKeySet /*keys*/, torch::jit::Stack* stack) {
   countOp();
@@ -28,19 +55,11 @@ void hpuFallback(const c10::OperatorHandle& op, c10::DispatchKeySet /*keys*/, to
       const auto* alias_info = arguments[i].alias_info();
       if (hpu.is_hpu() && alias_info != nullptr && alias_info->isWrite()) mutated.emplace_back(hpu, cpu);
       value = std::move(cpu);
-    } else if (value.isTensorList()) {
-      c10::List<at::Tensor> cpu;
-      for (const at::Tensor& t : value.toTensorList()) cpu.push_back(toCpu(t));
-      value = std::move(cpu);
-    } else if (value.isOptionalTensorList()) {
-      c10::List<std::optional<at::Tensor>> cpu;
-      for (const std::optional<at::Tensor>& t : value.toOptionalTensorList()) {
-        cpu.push_back(t ? std::optional<at::Tensor>(toCpu(*t)) : std::nullopt);
-      }
-      value = std::move(cpu);
     } else if (value.isDevice() && value.toDevice().is_hpu()) {
       index = resolveIndex(value.toDevice());
       value = c10::Device(c10::DeviceType::CPU);
+    } else {
+      value = mapTensors(value, toCpu);
     }
   }
   const c10::DeviceIndex device = index ? *index : currentDevice();
@@ -48,16 +67,9 @@ void hpuFallback(const c10::OperatorHandle& op, c10::DispatchKeySet /*keys*/, to
   op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
 
   for (const auto& [hpu, cpu] : mutated) CpuAliases::writeBack(hpu, cpu);
-  const size_t results = op.schema().returns().size();
-  for (size_t i = stack->size() - results; i < stack->size(); ++i) {
-    c10::IValue& value = (*stack)[i];
-    if (value.isTensor()) {
-      value = aliases.toHpu(value.toTensor(), device);
-    } else if (value.isTensorList()) {
-      c10::List<at::Tensor> hpu;
-      for (const at::Tensor& t : value.toTensorList()) hpu.push_back(aliases.toHpu(t, device));
-      value = std::move(hpu);
-    }
+  auto toHpu = [&](const at::Tensor& t) { return aliases.toHpu(t, device); };
+  for (size_t i = stack->size() - op.schema().returns().size(); i < stack->size(); ++i) {
+    (*stack)[i] = mapTensors((*stack)[i], toHpu);
   }
 }
 
