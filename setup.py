@@ -31,7 +31,8 @@ setup(
     license="Apache-2.0",
     package_dir={"": "src"},
     packages=find_packages("src"),
-    package_data={"virtual_hpu": ["csrc/*"]},
+    # the habana_frameworks facade is a sys.path root of its own, put on the path only when activated
+    package_data={"virtual_hpu": ["csrc/*", "_facade/**/*.py"]},
     python_requires=">=3.9",
     install_requires=_requirements("base"),
     extras_require={name: _requirements(name) for name in ("test", "docs", "deepspeed", "profiler")},

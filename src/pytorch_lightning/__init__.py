@@ -4,6 +4,11 @@ Everything upstream ``lightning.pytorch`` offers is available here under the sam
 ``Trainer`` and the modules that HPU support extends are our own.
 """
 
+import virtual_hpu as _virtual_hpu
+
+# before anything probes for Gaudi, so that ``VIRTUAL_HPU=1`` reaches every process, launched workers included
+_virtual_hpu.activate_from_env()
+
 import lightning.pytorch as _upstream  # noqa: E402
 
 from pytorch_lightning import _aliasing  # noqa: E402
@@ -13,7 +18,6 @@ _aliasing.install()
 
 from lightning.pytorch import *  # noqa: E402, F403
 
-from pytorch_lightning import accelerators, plugins, strategies  # noqa: E402, F401
 from pytorch_lightning.trainer import Trainer  # noqa: E402
 
 _aliasing.extend_upstream(__name__, _upstream)

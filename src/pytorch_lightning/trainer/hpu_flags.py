@@ -37,7 +37,9 @@ def resolve_hpu_flags(flags: dict[str, Any]) -> dict[str, Any]:
             " `VIRTUAL_HPU=1` to train on the virtual Gaudi."
         )
     num_nodes = flags.get("num_nodes", 1)
-    devices = HPUAccelerator.parse_devices(flags.get("devices", "auto"))
+    devices_flag = flags.get("devices", "auto")
+    # a single-device strategy asked for by name takes one device when the count is left to us
+    devices = 1 if _is_single(strategy) and devices_flag == "auto" else HPUAccelerator.parse_devices(devices_flag)
     plugins = _as_list(flags.get("plugins"))
     return {
         **flags,
@@ -85,13 +87,16 @@ def _hpu_strategy(strategy: Union[str, Strategy], devices: int, num_nodes: int) 
             f"`Trainer(accelerator='hpu', strategy={_describe(strategy)})` is not supported: HPUs train with an HPU"
             f" strategy. Choose one of {', '.join(_hpu_strategy_names())}, or leave `strategy='auto'`."
         )
-    single = isinstance(strategy, SingleHPUStrategy) or strategy == SingleHPUStrategy.strategy_name
-    if single and distributed:
+    if _is_single(strategy) and distributed:
         raise MisconfigurationException(
             f"`strategy={_describe(strategy)}` trains on one HPU but `devices={devices}, num_nodes={num_nodes}` asks for"
             f" more. Use `strategy='{HPUParallelStrategy.strategy_name}'`, or `devices=1`."
         )
     return strategy
+
+
+def _is_single(strategy: Union[str, Strategy]) -> bool:
+    return isinstance(strategy, SingleHPUStrategy) or strategy == SingleHPUStrategy.strategy_name
 
 
 def _hpu_precision(precision: Optional[Union[str, int]], plugins: list[Any]) -> dict[str, Any]:

@@ -1,0 +1,60 @@
+"""The HPU accelerator on the (virtual) Gaudi: availability, device parsing and memory statistics."""
+
+import pytest
+import torch
+from lightning.pytorch.accelerators import AcceleratorRegistry
+from lightning.pytorch.utilities.exceptions import MisconfigurationException
+
+from pytorch_lightning.accelerators import HPUAccelerator
+
+GAUDI_MEMORY_KEYS = {
+    "Limit", "InUse", "MaxInUse", "NumAllocs", "NumFrees", "ActiveAllocs", "MaxAllocSize", "TotalSystemAllocs",
+    "TotalSystemFrees", "TotalActiveAllocs",
+}
+
+
+def test_registered_and_available():
+    assert AcceleratorRegistry.get("hpu").__class__ is HPUAccelerator
+    assert HPUAccelerator.name() == "hpu"
+    assert HPUAccelerator.is_available()
+    import habana_frameworks.torch.hpu as hthpu
+
+    assert HPUAccelerator.auto_device_count() == hthpu.device_count() >= 2
+    assert HPUAccelerator.get_device_name() in ("GAUDI", "GAUDI2", "GAUDI3")
+
+
+@pytest.mark.parametrize(("devices", "expected"), [(1, 1), (2, 2), ("3", 3), (" 2 ", 2)])
+def test_parse_devices_counts(devices, expected):
+    assert HPUAccelerator.parse_devices(devices) == expected
+
+
+@pytest.mark.parametrize("devices", ["auto", -1, "-1"])
+def test_parse_devices_all(devices):
+    assert HPUAccelerator.parse_devices(devices) == HPUAccelerator.auto_device_count()
+
+
+@pytest.mark.parametrize("devices", [0, "0", -2, [0, 1], "0,1", "hpu", 1.5, True, None])
+def test_parse_devices_rejects_what_gaudi_cannot_honour(devices):
+    with pytest.raises(MisconfigurationException, match="HPU devices are selected by count"):
+        HPUAccelerator.parse_devices(devices)
+
+
+def test_parse_devices_more_than_available():
+    available = HPUAccelerator.auto_device_count()
+    with pytest.raises(MisconfigurationException, match=f"only {available} are available"):
+        HPUAccelerator.parse_devices(available + 1)
+
+
+def test_parallel_devices_carry_indices():
+    assert HPUAccelerator.get_parallel_devices(3) == [torch.device("hpu", i) for i in range(3)]
+
+
+def test_device_stats_are_gaudi_memory_stats():
+    accelerator = HPUAccelerator()
+    before = accelerator.get_device_stats(torch.device("hpu", 0))
+    assert set(before) == GAUDI_MEMORY_KEYS
+    block = torch.empty(1 << 20, device="hpu:0")  # 4 MiB
+    during = accelerator.get_device_stats(torch.device("hpu", 0))
+    assert during["InUse"] >= before["InUse"] + block.numel() * block.element_size()
+    assert during["NumAllocs"] > before["NumAllocs"]
+    assert during["Limit"] > 0
