@@ -23,8 +23,12 @@ def mark_step(device_str: str = "", sync: bool = False) -> None:
 
 
 def hpu_set_env() -> None:
-    """Set the environment the bridge expects before a run; the virtual device needs none."""
+    """Apply the run environment: the lazy-mode flag, and the autocast op lists named by ``LOWER_LIST`` /
+    ``FP32_LIST`` (integrations set those variables, then call this, before the first autocast region)."""
+    from virtual_hpu import autocast
+
     os.environ.setdefault("PT_HPU_LAZY_MODE", "1" if is_lazy() else "0")
+    autocast.set_op_lists_from_env()
 
 
 def hpu_initialize(model: Any = None, mark_only_scales_as_const: bool = False, **kwargs: Any) -> None:

@@ -1,0 +1,110 @@
+"""HPU precision: autocast on the device, Gaudi's op lists in every form users pass them, and clear refusals."""
+
+import pytest
+import torch
+from lightning.pytorch.demos.boring_classes import BoringModel
+
+import pytorch_lightning as pl
+from pytorch_lightning.plugins import HPUPrecisionPlugin
+
+
+@pytest.fixture(autouse=True)
+def _restore_op_lists(monkeypatch):
+    """Each test may point Gaudi's autocast at other op lists; put the defaults back afterwards."""
+    import virtual_hpu.autocast
+
+    monkeypatch.delenv("LOWER_LIST", raising=False)
+    monkeypatch.delenv("FP32_LIST", raising=False)
+    yield
+    monkeypatch.delenv("LOWER_LIST", raising=False)
+    monkeypatch.delenv("FP32_LIST", raising=False)
+    virtual_hpu.autocast.set_op_lists_from_env()
+
+
+class DtypeRecordingModel(BoringModel):
+    """Records the dtype of activations inside ``training_step``, with autocast on and locally off."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.dtypes = {}
+
+    def training_step(self, batch, batch_idx):
+        output = self.layer(batch)
+        self.dtypes["linear"] = output.dtype
+        self.dtypes["softmax"] = torch.softmax(output, dim=-1).dtype
+        with torch.autocast("hpu", enabled=False):
+            self.dtypes["linear_autocast_off"] = self.layer(batch).dtype
+        return {"loss": self.loss(output)}
+
+
+def _fit(precision=None, plugins=None) -> DtypeRecordingModel:
+    model = DtypeRecordingModel()
+    trainer = pl.Trainer(accelerator="hpu", devices=1, precision=precision, plugins=plugins, max_steps=2,
+                         limit_val_batches=0, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                         enable_model_summary=False)
+    trainer.fit(model)
+    return model
+
+
+@pytest.mark.parametrize(("precision", "dtype"), [("bf16-mixed", torch.bfloat16), (16, torch.float16)])
+def test_mixed_precision_autocasts_in_training_step(precision, dtype):
+    dtypes = _fit(precision).dtypes
+    assert dtypes["linear"] == dtype
+    # autocast can be switched off locally inside the model
+    assert dtypes["linear_autocast_off"] == torch.float32
+
+
+def test_true_precision_does_not_autocast():
+    assert _fit("32-true").dtypes["linear"] == torch.float32
+
+
+def _op_list(tmp_path, name, ops):
+    path = tmp_path / name
+    path.write_text("\n".join(ops) + "\n")
+    return str(path)
+
+
+def test_env_op_lists(tmp_path, monkeypatch):
+    # Gaudi's own variables, set before the run: linear stays in fp32
+    monkeypatch.setenv("LOWER_LIST", _op_list(tmp_path, "lower.txt", ["softmax"]))
+    monkeypatch.setenv("FP32_LIST", _op_list(tmp_path, "fp32.txt", ["linear"]))
+    dtypes = _fit("bf16-mixed").dtypes
+    assert dtypes["linear"] == torch.float32
+
+
+def test_constructor_op_lists(tmp_path):
+    plugin = HPUPrecisionPlugin(
+        precision="bf16-mixed", opt_level="O1", verbose=True,
+        bf16_file_path=_op_list(tmp_path, "bf16.txt", ["softmax"]),
+        fp32_file_path=_op_list(tmp_path, "fp32.txt", ["linear"]),
+    )
+    assert _fit(plugins=[plugin]).dtypes["linear"] == torch.float32
+
+
+def test_hmp_params_op_lists(tmp_path):
+    hmp_params = {"level": "O1", "verbose": False, "bf16_ops": _op_list(tmp_path, "bf16.txt", ["linear"]),
+                  "fp32_ops": _op_list(tmp_path, "fp32.txt", ["softmax"])}
+    dtypes = _fit(plugins=[HPUPrecisionPlugin(precision=16, hmp_params=hmp_params)]).dtypes
+    assert dtypes["linear"] == torch.float16
+    assert dtypes["softmax"] == torch.float32
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"precision": "64-true"}, ValueError, "Gaudi has no float64"),
+        ({"precision": "bf16-true"}, ValueError, "not supported on HPU"),
+        ({"precision": "bf16-mixed", "opt_level": "O2"}, ValueError, "Use `opt_level='O1'`"),
+        ({"precision": "bf16-mixed", "hmp_params": {"levle": "O1"}}, ValueError, r"unknown keys \['levle'\]"),
+        ({"precision": "bf16-mixed", "bf16_file_path": "/no/such/ops.txt"}, FileNotFoundError, "does not exist"),
+        ({"precision": "bf16-mixed", "verbose": True, "hmp_params": {"verbose": False}}, ValueError, "pass one"),
+    ],
+)
+def test_invalid_settings(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        HPUPrecisionPlugin(**kwargs)
+
+
+def test_unknown_op_names_are_refused(tmp_path):
+    with pytest.raises(ValueError, match=r"ops that do not exist: \['lineer'\]"):
+        HPUPrecisionPlugin("bf16-mixed", bf16_file_path=_op_list(tmp_path, "bf16.txt", ["linear", "lineer"]))

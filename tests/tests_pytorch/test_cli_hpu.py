@@ -1,0 +1,54 @@
+"""``LightningCLI`` builds our Trainer and accepts HPU flags, names and class paths."""
+
+import pytest
+from lightning.pytorch.demos.boring_classes import BoringModel
+
+from pytorch_lightning.accelerators import HPUAccelerator
+from pytorch_lightning.cli import LightningCLI
+from pytorch_lightning.plugins import HPUCheckpointIO, HPUPrecisionPlugin
+from pytorch_lightning.strategies import HPUParallelStrategy, SingleHPUStrategy
+from pytorch_lightning.trainer import Trainer
+
+
+def _cli(*args: str) -> LightningCLI:
+    return LightningCLI(BoringModel, run=False, args=["--trainer.logger=false", *args])
+
+
+@pytest.mark.parametrize(
+    ("args", "strategy", "devices"),
+    [
+        (["--trainer.accelerator=hpu", "--trainer.devices=1"], SingleHPUStrategy, 1),
+        (["--trainer.accelerator=auto", "--trainer.devices=2"], HPUParallelStrategy, 2),
+        (["--trainer.accelerator=hpu", "--trainer.strategy=hpu_single"], SingleHPUStrategy, 1),
+        (["--trainer.accelerator=hpu", "--trainer.strategy=hpu_parallel", "--trainer.devices=2"],
+         HPUParallelStrategy, 2),
+    ],
+)
+def test_flags(args, strategy, devices):
+    trainer = _cli(*args).trainer
+    assert type(trainer) is Trainer
+    assert isinstance(trainer.accelerator, HPUAccelerator)
+    assert type(trainer.strategy) is strategy and trainer.num_devices == devices
+
+
+def test_precision_string():
+    trainer = _cli("--trainer.accelerator=hpu", "--trainer.devices=1", "--trainer.precision=bf16-mixed").trainer
+    assert isinstance(trainer.precision_plugin, HPUPrecisionPlugin)
+    assert trainer.precision_plugin.precision == "bf16-mixed"
+
+
+def test_class_paths():
+    trainer = _cli(
+        '--trainer.accelerator={"class_path": "pytorch_lightning.accelerators.HPUAccelerator"}',
+        "--trainer.strategy=pytorch_lightning.strategies.HPUParallelStrategy",
+        "--trainer.strategy.init_args.static_graph=true",
+        "--trainer.devices=2",
+        '--trainer.plugins=[{"class_path": "pytorch_lightning.plugins.HPUPrecisionPlugin",'
+        ' "init_args": {"precision": "bf16-mixed"}}, {"class_path": "pytorch_lightning.plugins.HPUCheckpointIO"}]',
+    ).trainer
+    assert isinstance(trainer.accelerator, HPUAccelerator)
+    assert isinstance(trainer.strategy, HPUParallelStrategy)
+    # jsonargparse fills in every DistributedDataParallel argument, as it does for upstream's DDPStrategy
+    assert trainer.strategy._ddp_kwargs["static_graph"] is True
+    assert trainer.precision_plugin.precision == "bf16-mixed"
+    assert isinstance(trainer.strategy.checkpoint_io, HPUCheckpointIO)
