@@ -15,6 +15,9 @@ SRC = str(Path(__file__).resolve().parents[2] / "src")
 def _activate() -> None:
     import virtual_hpu
 
+    # Once active, the facade makes `habana_frameworks` importable: tell subprocesses of other suites in the same
+    # session, which decide from that import whether a real Gaudi is installed, that this session is virtual.
+    os.environ.setdefault("VIRTUAL_HPU", "1")
     virtual_hpu.activate(devices=8, generation="GAUDI2")
 
 

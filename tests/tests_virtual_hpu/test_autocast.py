@@ -8,8 +8,10 @@ from virtual_hpu import autocast
 
 
 @pytest.fixture(autouse=True)
-def _restore_lists():
+def _default_lists():
+    """Each test starts from Gaudi's default lists; whatever was installed before is put back afterwards."""
     lower, fp32 = autocast.op_lists()
+    autocast.set_op_lists(autocast.DEFAULT_LOWER, autocast.DEFAULT_FP32)
     yield
     autocast.set_op_lists(lower, fp32)
 

@@ -118,7 +118,7 @@ def test_autograd_matches_cpu():
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.complex64, torch.complex128])
 def test_fp64_and_complex_are_refused(dtype):
-    with pytest.raises(TypeError, match="Gaudi does not support .* use torch.float32"):
+    with pytest.raises(TypeError, match=f"Gaudi does not support {dtype} tensors on hpu .* use torch.float32"):
         torch.zeros(2, dtype=dtype, device="hpu")
     with pytest.raises(TypeError, match="Gaudi does not support"):
         torch.ones(2, dtype=dtype).to("hpu")
@@ -148,3 +148,13 @@ def test_state_dict_round_trip_across_devices(tmp_path):
     loaded = torch.load(buffer, map_location="hpu:3")
     assert loaded["bias"].device == torch.device("hpu:3")
     assert torch.equal(loaded["bias"].cpu(), model.bias.detach())
+
+
+def test_device_mixes_a_real_device_refuses_are_refused():
+    x = torch.ones(3, device="hpu:0")
+    with pytest.raises(RuntimeError, match="same device, but found at least two devices, hpu:0 and hpu:1"):
+        x + torch.ones(3, device="hpu:1")
+    with pytest.raises(RuntimeError, match="hpu:0 and cpu"):
+        x * torch.ones(3)
+    assert (x * torch.tensor(2.0)).tolist() == [2.0, 2.0, 2.0]  # 0-dim cpu tensors mix, as on other devices
+    assert x[torch.tensor([0, 2])].tolist() == [1.0, 1.0]  # so do cpu indices

@@ -4,6 +4,10 @@
 #include <ATen/core/List.h>
 #include <ATen/core/stack.h>
 
+#include <algorithm>
+#include <array>
+#include <string_view>
+
 namespace virtual_hpu {
 namespace {
 
@@ -31,6 +35,39 @@ c10::IValue mapTensors(const c10::IValue& value, const Map& map) {
   return value;
 }
 
+// Ops whose CUDA kernels accept CPU index tensors next to device tensors; elsewhere only 0-dim CPU tensors may mix.
+bool acceptsCpuTensors(const c10::OperatorName& name) {
+  static const std::array<std::string_view, 6> ops = {"aten::index",     "aten::index_put_", "aten::_index_put_impl_",
+                                                      "aten::index_put", "aten::_unsafe_index", "aten::_unsafe_index_put"};
+  return std::find(ops.begin(), ops.end(), name.name) != ops.end();
+}
+
+// Refuses the device mixes a real device refuses, so that missing `.to(device)` calls show up here too.
+class DeviceCheck {
+ public:
+  void see(const at::Tensor& t) {
+    if (t.is_hpu()) {
+      if (!hpu_) hpu_ = t.device();
+      TORCH_CHECK(*hpu_ == t.device(), "Expected all tensors to be on the same device, but found at least two devices, ",
+                  *hpu_, " and ", t.device(), "!");
+    } else if (t.dim() > 0 && !cpu_) {
+      cpu_ = t.device();
+    }
+  }
+  void check(const c10::OperatorHandle& op) const {
+    TORCH_CHECK(!hpu_ || !cpu_ || acceptsCpuTensors(op.operator_name()),
+                "Expected all tensors to be on the same device, but found at least two devices, ", *hpu_, " and ",
+                *cpu_, "! (when running ", op.operator_name(), ")");
+  }
+  std::optional<c10::DeviceIndex> index() const {
+    return hpu_ ? std::optional<c10::DeviceIndex>(hpu_->index()) : std::nullopt;
+  }
+
+ private:
+  std::optional<c10::Device> hpu_;
+  std::optional<c10::Device> cpu_;
+};
+
 }  // namespace
 
 void hpuFallback(const c10::OperatorHandle& op, c10::DispatchKeySet /*keys*/, torch::jit::Stack* stack) {
@@ -38,13 +75,14 @@ void hpuFallback(const c10::OperatorHandle& op, c10::DispatchKeySet /*keys*/, to
   const auto& arguments = op.schema().arguments();
   const size_t first = stack->size() - arguments.size();
   CpuAliases aliases;
-  std::optional<c10::DeviceIndex> index;
+  DeviceCheck devices;
+  std::optional<c10::DeviceIndex> requested;  // from a `device=` argument
   std::vector<std::pair<at::Tensor, at::Tensor>> mutated;  // (HPU original, CPU alias)
 
   auto toCpu = [&](const at::Tensor& t) -> at::Tensor {
-    if (!t.defined() || !t.is_hpu()) return t;
-    if (!index) index = t.device().index();
-    return aliases.toCpu(t);
+    if (!t.defined()) return t;
+    devices.see(t);
+    return t.is_hpu() ? aliases.toCpu(t) : t;
   };
 
   for (size_t i = 0; i < arguments.size(); ++i) {
@@ -56,13 +94,14 @@ void hpuFallback(const c10::OperatorHandle& op, c10::DispatchKeySet /*keys*/, to
       if (hpu.is_hpu() && alias_info != nullptr && alias_info->isWrite()) mutated.emplace_back(hpu, cpu);
       value = std::move(cpu);
     } else if (value.isDevice() && value.toDevice().is_hpu()) {
-      index = resolveIndex(value.toDevice());
+      requested = resolveIndex(value.toDevice());
       value = c10::Device(c10::DeviceType::CPU);
     } else {
       value = mapTensors(value, toCpu);
     }
   }
-  const c10::DeviceIndex device = index ? *index : currentDevice();
+  devices.check(op);
+  const c10::DeviceIndex device = requested ? *requested : devices.index().value_or(currentDevice());
 
   op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
 

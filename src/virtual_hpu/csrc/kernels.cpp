@@ -102,9 +102,11 @@ TORCH_LIBRARY_IMPL(_, HPU, m) { m.fallback(torch::CppFunction::makeFromBoxedFunc
 }  // namespace
 
 void checkDtype(c10::ScalarType dtype) {
-  TORCH_CHECK_TYPE(dtype != c10::ScalarType::Double && dtype != c10::ScalarType::ComplexDouble &&
-                       dtype != c10::ScalarType::ComplexFloat,
-                   "Gaudi does not support ", dtype,
+  const char* name = dtype == c10::ScalarType::Double          ? "torch.float64"
+                     : dtype == c10::ScalarType::ComplexFloat  ? "torch.complex64"
+                     : dtype == c10::ScalarType::ComplexDouble ? "torch.complex128"
+                                                               : nullptr;
+  TORCH_CHECK_TYPE(name == nullptr, "Gaudi does not support ", name,
                    " tensors on hpu (no fp64 or complex support); use torch.float32 instead, "
                    "or keep this tensor on the CPU");
 }
