@@ -1,5 +1,7 @@
 """HPU precision: autocast on the device, Gaudi's op lists in every form users pass them, and clear refusals."""
 
+import os
+
 import pytest
 import torch
 from lightning.pytorch.demos.boring_classes import BoringModel
@@ -9,15 +11,17 @@ from pytorch_lightning.plugins import HPUPrecisionPlugin
 
 
 @pytest.fixture(autouse=True)
-def _restore_op_lists(monkeypatch):
-    """Each test may point Gaudi's autocast at other op lists; put the defaults back afterwards."""
+def _restore_op_lists():
+    """The plugin points Gaudi's autocast at op lists through the environment, for this process and the workers it
+    launches; put the variables and the lists back after each test."""
     import virtual_hpu.autocast
 
-    monkeypatch.delenv("LOWER_LIST", raising=False)
-    monkeypatch.delenv("FP32_LIST", raising=False)
+    saved = {variable: os.environ.pop(variable, None) for variable in ("LOWER_LIST", "FP32_LIST")}
     yield
-    monkeypatch.delenv("LOWER_LIST", raising=False)
-    monkeypatch.delenv("FP32_LIST", raising=False)
+    for variable, value in saved.items():
+        os.environ.pop(variable, None)
+        if value is not None:
+            os.environ[variable] = value
     virtual_hpu.autocast.set_op_lists_from_env()
 
 

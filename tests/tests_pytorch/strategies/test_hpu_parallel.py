@@ -1,0 +1,131 @@
+"""Data-parallel training over HPUs: real gradient synchronisation, DDP options, reductions and scale-out."""
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from lightning.pytorch.demos.boring_classes import BoringModel
+from torch.nn.parallel import DistributedDataParallel
+
+import pytorch_lightning as pl
+from pytorch_lightning.strategies import HPUParallelStrategy
+
+SCRIPT = Path(__file__).parents[1] / "helpers" / "ddp_run.py"
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _run(out: Path, *args: str, **env: str) -> subprocess.Popen:
+    environment = {**os.environ, "MASTER_ADDR": "127.0.0.1", **env}
+    environment.setdefault("MASTER_PORT", str(_free_port()))
+    return subprocess.Popen([sys.executable, str(SCRIPT), "--out", str(out), *args], env=environment,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def _wait(*processes: subprocess.Popen) -> None:
+    for process in processes:
+        output, _ = process.communicate(timeout=240)
+        assert process.returncode == 0, output
+
+
+def _states(out: Path) -> list:
+    return [torch.load(path) for path in sorted(out.glob("rank*.pt"))]
+
+
+def _assert_same_parameters(first: dict, second: dict, tolerance: float = 0.0) -> None:
+    assert first.keys() == second.keys()
+    for name in first:
+        torch.testing.assert_close(first[name], second[name], rtol=tolerance, atol=tolerance, msg=name)
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory) -> dict:
+    """One HPU on whole global batches."""
+    out = tmp_path_factory.mktemp("single")
+    _wait(_run(out, "--devices", "1"))
+    (result,) = _states(out)
+    assert result["strategy"] == "SingleHPUStrategy"
+    return result["state"]
+
+
+def test_two_processes_synchronise_gradients(tmp_path, reference):
+    _wait(_run(tmp_path, "--devices", "2", "--strategy", "hpu_parallel"))
+    ranks = _states(tmp_path)
+    assert [r["world_size"] for r in ranks] == [2, 2]
+    assert {r["strategy"] for r in ranks} == {"HPUParallelStrategy"}
+    # every rank ends with the same weights (gradients were all-reduced, not only the loss) ...
+    _assert_same_parameters(ranks[0]["state"], ranks[1]["state"])
+    # ... which are those of one process on the concatenated batches
+    _assert_same_parameters(ranks[0]["state"], reference, tolerance=1e-6)
+    # the logged loss was reduced as a mean over ranks
+    assert ranks[0]["loss"] == pytest.approx(ranks[1]["loss"])
+
+
+def test_two_nodes_one_device_each(tmp_path, reference):
+    # what "Scale-out on Gaudis" documents: the same script on each node with MASTER_ADDR, MASTER_PORT, NODE_RANK
+    port = str(_free_port())
+    nodes = [_run(tmp_path, "--devices", "1", "--num-nodes", "2", MASTER_PORT=port, NODE_RANK=str(rank),
+                  WORLD_SIZE="2") for rank in (0, 1)]
+    _wait(*nodes)
+    ranks = _states(tmp_path)
+    assert [r["world_size"] for r in ranks] == [2, 2]
+    _assert_same_parameters(ranks[0]["state"], ranks[1]["state"])
+    _assert_same_parameters(ranks[0]["state"], reference, tolerance=1e-6)
+
+
+def test_ddp_options_pass_through(tmp_path, monkeypatch):
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", str(_free_port()))
+
+    def hook(state, bucket):
+        hook.calls += 1
+        return torch.distributed.algorithms.ddp_comm_hooks.default_hooks.allreduce_hook(state, bucket)
+
+    hook.calls = 0
+    strategy = HPUParallelStrategy(find_unused_parameters=True, bucket_cap_mb=2, gradient_as_bucket_view=True,
+                                   ddp_comm_hook=hook)
+    trainer = pl.Trainer(accelerator="hpu", devices=1, strategy=strategy, max_steps=2, limit_val_batches=0,
+                         logger=False, enable_checkpointing=False, enable_progress_bar=False)
+    seen = {}
+
+    class Inspect(BoringModel):
+        def on_train_start(self):
+            ddp = self.trainer.strategy.model
+            seen.update(ddp=isinstance(ddp, DistributedDataParallel), unused=ddp.find_unused_parameters,
+                        bucket=ddp.bucket_bytes_cap, view=ddp.gradient_as_bucket_view,
+                        device=next(ddp.parameters()).device)
+
+    trainer.fit(Inspect())
+    assert seen == {"ddp": True, "unused": True, "bucket": 2 * 1024 * 1024, "view": True,
+                    "device": torch.device("hpu", 0)}
+    assert hook.calls == 2
+
+
+def test_reductions_emulate_what_hccl_lacks(tmp_path, monkeypatch):
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", str(_free_port()))
+    results = {}
+
+    class Reduce(BoringModel):
+        def on_train_start(self):
+            strategy = self.trainer.strategy
+            results["mean"] = strategy.reduce(torch.tensor(3.0, device=self.device), reduce_op="mean")
+            results["sum_long"] = strategy.reduce(torch.tensor(5, device=self.device), reduce_op="sum")
+            results["max"] = strategy.reduce(torch.tensor(2.0, device=self.device), reduce_op="max")
+            with pytest.raises(ValueError, match="not supported on HPU"):
+                strategy.reduce(torch.tensor(1.0, device=self.device), reduce_op="product")
+
+    trainer = pl.Trainer(accelerator="hpu", devices=1, strategy="hpu_parallel", max_steps=1, limit_val_batches=0,
+                         logger=False, enable_checkpointing=False, enable_progress_bar=False)
+    trainer.fit(Reduce())
+    assert results["mean"].item() == 3.0 and results["mean"].device.type == "hpu"
+    assert results["sum_long"].dtype == torch.int64 and results["sum_long"].item() == 5
+    assert results["max"].item() == 2.0
