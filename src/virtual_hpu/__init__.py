@@ -47,7 +47,9 @@ def _refuse_real_installation() -> None:
     )
 
 
-def activate(devices: Optional[int] = None, generation: Optional[str] = None, memory_mb: Optional[int] = None) -> Config:
+def activate(
+    devices: Optional[int] = None, generation: Optional[str] = None, memory_mb: Optional[int] = None
+) -> Config:
     """Make ``hpu`` a torch device backed by host memory, for this process.
 
     Args:

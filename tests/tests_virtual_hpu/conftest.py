@@ -29,7 +29,9 @@ def run_python(code: str, script_dir: Optional[Path] = None, **env: str) -> subp
 
     With ``script_dir`` the code runs from a file there, as code that spawns processes needs.
     """
-    child_env = {k: v for k, v in os.environ.items() if not k.startswith(("VIRTUAL_HPU", "PT_HPU", "LOWER_LIST", "FP32"))}
+    child_env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("VIRTUAL_HPU", "PT_HPU", "LOWER_LIST", "FP32"))
+    }
     child_env["PYTHONPATH"] = os.pathsep.join(filter(None, [SRC, os.environ.get("PYTHONPATH")]))
     child_env.update(env)
     code = textwrap.dedent(code)

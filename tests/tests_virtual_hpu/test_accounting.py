@@ -1,8 +1,8 @@
 """Lazy-mode accounting: graph cuts, ops per graph and device-to-host syncs."""
 
+import habana_frameworks.torch.core as htcore
 import torch
 
-import habana_frameworks.torch.core as htcore
 from virtual_hpu import accounting
 
 

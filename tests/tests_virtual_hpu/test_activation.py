@@ -38,8 +38,9 @@ def test_env_activation_in_a_child_announces_once(python):
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["3", "GAUDI3", "hpu:2"]
     lines = [line for line in result.stderr.splitlines() if "Virtual Gaudi" in line]
-    assert lines == ["Virtual Gaudi active: 3 x GAUDI3 (host memory), 131072 MiB per device, lazy mode; "
-                     "not a real accelerator"]
+    assert lines == [
+        "Virtual Gaudi active: 3 x GAUDI3 (host memory), 131072 MiB per device, lazy mode; not a real accelerator"
+    ]
 
 
 def test_env_off_does_not_activate(python):

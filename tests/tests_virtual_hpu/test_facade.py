@@ -1,10 +1,9 @@
 """The habana_frameworks API that integrations (Lightning, DeepSpeed) call."""
 
-import pytest
-import torch
-
 import habana_frameworks.torch.core as htcore
 import habana_frameworks.torch.hpu as hthpu
+import pytest
+import torch
 from habana_frameworks.torch.core.step_closure import _mark_step_if_lazy
 from habana_frameworks.torch.utils import experimental, internal, library_loader
 

@@ -1,11 +1,20 @@
 """Per-device memory accounting, its Gaudi-style statistics, and the out-of-memory limit."""
 
+import habana_frameworks.torch.hpu as hthpu
 import torch
 
-import habana_frameworks.torch.hpu as hthpu
-
-KEYS = {"Limit", "InUse", "MaxInUse", "NumAllocs", "NumFrees", "ActiveAllocs", "MaxAllocSize", "TotalSystemAllocs",
-        "TotalSystemFrees", "TotalActiveAllocs"}
+KEYS = {
+    "Limit",
+    "InUse",
+    "MaxInUse",
+    "NumAllocs",
+    "NumFrees",
+    "ActiveAllocs",
+    "MaxAllocSize",
+    "TotalSystemAllocs",
+    "TotalSystemFrees",
+    "TotalActiveAllocs",
+}
 
 
 def test_stats_follow_allocations_and_frees():

@@ -5,8 +5,27 @@ import io
 import pytest
 import torch
 
-UNARY = ["abs", "exp", "log1p", "sin", "tanh", "sigmoid", "relu", "neg", "sqrt", "floor", "cumsum0", "sort0",
-         "softmax1", "argmax1", "norm", "t", "flip0", "nonzero", "unique"]
+UNARY = [
+    "abs",
+    "exp",
+    "log1p",
+    "sin",
+    "tanh",
+    "sigmoid",
+    "relu",
+    "neg",
+    "sqrt",
+    "floor",
+    "cumsum0",
+    "sort0",
+    "softmax1",
+    "argmax1",
+    "norm",
+    "t",
+    "flip0",
+    "nonzero",
+    "unique",
+]
 
 
 def _apply(name: str, x: torch.Tensor):

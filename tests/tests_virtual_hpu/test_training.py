@@ -11,8 +11,13 @@ def _mlp() -> nn.Module:
 
 def _cnn() -> nn.Module:
     return nn.Sequential(
-        nn.Conv2d(1, 8, 3), nn.BatchNorm2d(8), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(8, 4, 3, padding=1),
-        nn.Flatten(), nn.Linear(4 * 13 * 13, 10),
+        nn.Conv2d(1, 8, 3),
+        nn.BatchNorm2d(8),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(8, 4, 3, padding=1),
+        nn.Flatten(),
+        nn.Linear(4 * 13 * 13, 10),
     )
 
 

@@ -8,8 +8,16 @@ from typing import Any
 import torch
 
 MEMORY_STATS_KEYS = (
-    "Limit", "InUse", "MaxInUse", "NumAllocs", "NumFrees", "ActiveAllocs", "MaxAllocSize", "TotalSystemAllocs",
-    "TotalSystemFrees", "TotalActiveAllocs",
+    "Limit",
+    "InUse",
+    "MaxInUse",
+    "NumAllocs",
+    "NumFrees",
+    "ActiveAllocs",
+    "MaxAllocSize",
+    "TotalSystemAllocs",
+    "TotalSystemFrees",
+    "TotalActiveAllocs",
 )
 
 
