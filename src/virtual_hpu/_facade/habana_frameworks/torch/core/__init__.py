@@ -31,5 +31,5 @@ def hpu_set_env() -> None:
     autocast.set_op_lists_from_env()
 
 
-def hpu_initialize(model: Any = None, mark_only_scales_as_const: bool = False, **kwargs: Any) -> None:
+def hpu_initialize(model: Any = None, mark_only_scales_as_const: bool = True, **kwargs: Any) -> None:
     """Prepare a (quantized) model for inference on Gaudi; on the virtual device there is nothing to prepare."""

@@ -1,0 +1,39 @@
+"""The build cache: a build killed half-way (and torch's lock file it leaves) never blocks a later build."""
+
+from pathlib import Path
+
+import torch.utils.cpp_extension
+
+from virtual_hpu import _native
+
+
+def test_stale_scratch_and_lock_are_discarded(tmp_path, monkeypatch):
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    library = _native._library_path()
+    assert library.is_relative_to(tmp_path) and library.name == "virtual_hpu_core.so"
+    scratch = library.parent.with_name(library.parent.name + ".build")
+    scratch.mkdir(parents=True)
+    (scratch / "lock").write_text("")  # what a killed torch build leaves behind: later builds would wait forever
+    library.parent.mkdir()
+    calls = []
+
+    def fake_load(name, sources, build_directory, **kwargs):
+        assert not (Path(build_directory) / "lock").exists()
+        assert {Path(s).name for s in sources} >= {"device.cpp", "fallback.cpp", "allocator.cpp"}
+        calls.append(name)
+        built = Path(build_directory) / f"{name}.so"
+        built.write_bytes(b"library")
+        return str(built)
+
+    monkeypatch.setattr(torch.utils.cpp_extension, "load", fake_load)
+    _native._build(library)
+    assert calls == ["virtual_hpu_core"]
+    assert library.read_bytes() == b"library"
+    assert not scratch.exists()
+
+
+def test_library_path_changes_with_the_build_flags(tmp_path, monkeypatch):
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    before = _native._library_path()
+    monkeypatch.setattr(_native, "_CFLAGS", [*_native._CFLAGS, "-DCHANGED"])
+    assert _native._library_path() != before
