@@ -77,7 +77,7 @@ void hpuFallback(const c10::OperatorHandle& op, c10::DispatchKeySet /*keys*/, to
   CpuAliases aliases;
   DeviceCheck devices;
   std::optional<c10::DeviceIndex> requested;  // from a `device=` argument
-  std::vector<std::pair<at::Tensor, at::Tensor>> mutated;  // (HPU original, CPU alias)
+  c10::SmallVector<std::pair<at::Tensor, at::Tensor>, 2> mutated;  // (HPU original, CPU alias)
 
   auto toCpu = [&](const at::Tensor& t) -> at::Tensor {
     if (!t.defined()) return t;

@@ -5,6 +5,7 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/core/Allocator.h>
 #include <c10/core/Device.h>
+#include <c10/util/SmallVector.h>
 
 namespace virtual_hpu {
 
@@ -48,9 +49,10 @@ class CpuAliases {
     c10::TensorImpl* cpu_impl;
     at::Tensor hpu;
   };
-  std::vector<Entry> storages_;
-  std::vector<Input> inputs_;
-  std::vector<std::pair<c10::StorageImpl*, c10::Storage>> adopted_;
+  // Small inline vectors: most ops have a handful of tensors, and a heap allocation per op would show.
+  c10::SmallVector<Entry, 4> storages_;
+  c10::SmallVector<Input, 4> inputs_;
+  c10::SmallVector<std::pair<c10::StorageImpl*, c10::Storage>, 2> adopted_;
 };
 
 // ---- fallback.cpp ----
