@@ -15,6 +15,7 @@ from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
 from pytorch_lightning.accelerators.hpu import HPUAccelerator
 from pytorch_lightning.plugins.precision.hpu import HPUPrecisionPlugin
+from pytorch_lightning.profilers.hpu import HPUProfiler
 from pytorch_lightning.strategies._hpu import _HPUStrategyMixin
 from pytorch_lightning.strategies.hpu_parallel import HPUParallelStrategy
 from pytorch_lightning.strategies.single_hpu import SingleHPUStrategy
@@ -22,6 +23,7 @@ from pytorch_lightning.strategies.single_hpu import SingleHPUStrategy
 
 def resolve_hpu_flags(flags: dict[str, Any]) -> dict[str, Any]:
     """Return the Trainer arguments with HPU flags resolved; arguments that do not involve HPU come back unchanged."""
+    flags = _resolve_profiler(flags)
     accelerator, strategy = flags.get("accelerator", "auto"), flags.get("strategy", "auto")
     if isinstance(accelerator, str):
         accelerator = accelerator.lower()
@@ -48,6 +50,14 @@ def resolve_hpu_flags(flags: dict[str, Any]) -> dict[str, Any]:
         "strategy": _hpu_strategy(strategy, devices, num_nodes),
         **_hpu_precision(flags.get("precision"), plugins),
     }
+
+
+def _resolve_profiler(flags: dict[str, Any]) -> dict[str, Any]:
+    """``profiler="hpu"``, which upstream's fixed list of profiler names lacks, becomes an ``HPUProfiler``."""
+    profiler = flags.get("profiler")
+    if isinstance(profiler, str) and profiler.lower() == "hpu":
+        return {**flags, "profiler": HPUProfiler()}
+    return flags
 
 
 def _uses_hpu(accelerator: Union[str, Accelerator], strategy: Union[str, Strategy]) -> bool:

@@ -1,0 +1,10 @@
+"""Upstream's ``lightning.pytorch.profilers`` plus the Intel Gaudi profiler."""
+
+import lightning.pytorch.profilers as _upstream
+
+from pytorch_lightning import _aliasing
+from pytorch_lightning.profilers.hpu import HPUProfiler
+
+__all__ = ["HPUProfiler"]
+
+_aliasing.extend_upstream(__name__, _upstream)
