@@ -4,6 +4,8 @@
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/TensorImpl.h>
 
+#include <cstring>
+
 namespace virtual_hpu {
 namespace {
 

@@ -1,0 +1,1 @@
+"""``habana_frameworks.torch.distributed``: collectives on Gaudi (see ``hccl``)."""

@@ -1,0 +1,168 @@
+// c10d collectives on HPU tensors: the CPU backend (gloo) works on CPU aliases of the same memory, HCCL's reduce
+// ops are enforced, and the work's future hands back the HPU tensors (DDP builds its gradient views from them).
+#include "virtual_hpu.h"
+
+#include <ATen/core/ivalue.h>
+#include <torch/csrc/distributed/c10d/Types.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+#include <torch/library.h>
+
+#include <mutex>
+#include <string_view>
+
+namespace virtual_hpu {
+namespace {
+
+const char* reduceOpName(c10d::ReduceOp::RedOpType op) {
+  switch (op) {
+    case c10d::ReduceOp::SUM: return "SUM";
+    case c10d::ReduceOp::AVG: return "AVG";
+    case c10d::ReduceOp::PRODUCT: return "PRODUCT";
+    case c10d::ReduceOp::MIN: return "MIN";
+    case c10d::ReduceOp::MAX: return "MAX";
+    case c10d::ReduceOp::BAND: return "BAND";
+    case c10d::ReduceOp::BOR: return "BOR";
+    case c10d::ReduceOp::BXOR: return "BXOR";
+    case c10d::ReduceOp::PREMUL_SUM: return "PREMUL_SUM";
+    default: return "UNUSED";
+  }
+}
+
+// HCCL reduces with SUM, MIN and MAX only.
+void checkReduceOp(const c10::IValue& value) {
+  const c10d::ReduceOp::RedOpType op = value.toCustomClass<c10d::ReduceOp>()->op_;
+  TORCH_CHECK(op == c10d::ReduceOp::SUM || op == c10d::ReduceOp::MIN || op == c10d::ReduceOp::MAX,
+              "HCCL supports the reduce ops SUM, MIN and MAX on hpu tensors, got ReduceOp.", reduceOpName(op),
+              (op == c10d::ReduceOp::AVG ? "; for a mean, reduce with SUM and divide by the world size" : ""));
+}
+
+template <typename Visit>
+void forEachTensor(const c10::IValue& value, const Visit& visit) {
+  if (value.isTensor()) {
+    visit(value.toTensor());
+  } else if (value.isList()) {
+    for (const c10::IValue& element : value.toListRef()) forEachTensor(element, visit);
+  }
+}
+
+// Maps CPU aliases found in a future's value to HPU tensors on the memory they alias: the original argument when
+// the geometry matches, otherwise a view of it (gloo's allgather_into_tensor completes with chunks of the output).
+class HpuTensors {
+ public:
+  void add(const at::Tensor& t) {
+    if (t.defined() && t.is_hpu()) tensors_.push_back(t);
+  }
+
+  at::Tensor toHpu(const at::Tensor& cpu) const {
+    if (!cpu.defined() || cpu.is_hpu()) return cpu;
+    const void* base = cpu.storage().data();
+    for (const at::Tensor& hpu : tensors_) {
+      if (hpu.storage().data() != base || hpu.scalar_type() != cpu.scalar_type()) continue;
+      if (hpu.sizes() == cpu.sizes() && hpu.strides() == cpu.strides() &&
+          hpu.storage_offset() == cpu.storage_offset()) {
+        return hpu;
+      }
+      return hpu.as_strided(cpu.sizes(), cpu.strides(), cpu.storage_offset());
+    }
+    return cpu;
+  }
+
+  c10::IValue toHpu(const c10::IValue& value) const {
+    if (value.isTensor()) return toHpu(value.toTensor());
+    if (value.isTensorList()) {
+      c10::List<at::Tensor> mapped;
+      for (const at::Tensor& t : value.toTensorList()) mapped.push_back(toHpu(t));
+      return mapped;
+    }
+    if (value.isList()) {
+      c10::impl::GenericList mapped(value.toList().elementType());
+      for (const c10::IValue& element : value.toListRef()) mapped.push_back(toHpu(element));
+      return mapped;
+    }
+    return value;
+  }
+
+ private:
+  std::vector<at::Tensor> tensors_;  // also keeps the memory alive while the backend works on it
+};
+
+// The backend's work, with results and future mapped back to HPU tensors.
+class HpuWork : public c10d::Work {
+ public:
+  HpuWork(c10::intrusive_ptr<c10d::Work> work, std::shared_ptr<const HpuTensors> tensors)
+      : c10d::Work(-1, work->retrieveOpType()), work_(std::move(work)), tensors_(std::move(tensors)) {}
+
+  bool isCompleted() override { return work_->isCompleted(); }
+  bool isSuccess() const override { return work_->isSuccess(); }
+  std::exception_ptr exception() const override { return work_->exception(); }
+  int sourceRank() const override { return work_->sourceRank(); }
+  void synchronize() override { work_->synchronize(); }
+  bool wait(std::chrono::milliseconds timeout) override { return work_->wait(timeout); }
+  void blockCurrentStream() override { work_->blockCurrentStream(); }
+  void abort() override { work_->abort(); }
+  float getDuration() const override { return work_->getDuration(); }
+  uint64_t getSequencenumber() const override { return work_->getSequencenumber(); }
+  c10::intrusive_ptr<c10::ivalue::Future> getFutureResult() override { return work_->getFutureResult(); }
+
+  std::vector<at::Tensor> result() override {
+    std::vector<at::Tensor> tensors = work_->result();
+    for (at::Tensor& t : tensors) t = tensors_->toHpu(t);
+    return tensors;
+  }
+
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override {
+    std::lock_guard<std::mutex> lock(future_mutex_);
+    if (!future_) {
+      c10::intrusive_ptr<c10::ivalue::Future> inner = work_->getFuture();
+      future_ = inner->then([tensors = tensors_](c10::ivalue::Future& done) { return tensors->toHpu(done.value()); },
+                            inner->elementType());
+    }
+    return future_;
+  }
+
+ private:
+  c10::intrusive_ptr<c10d::Work> work_;
+  std::shared_ptr<const HpuTensors> tensors_;
+  std::mutex future_mutex_;
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
+};
+
+bool isReduceOp(const c10::Argument& argument) {
+  return argument.type()->str() == "__torch__.torch.classes.c10d.ReduceOp";
+}
+
+bool isWork(const c10::Argument& argument) { return argument.type()->str() == "__torch__.torch.classes.c10d.Work"; }
+
+void collective(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::jit::Stack* stack) {
+  const auto& arguments = op.schema().arguments();
+  const size_t first = stack->size() - arguments.size();
+  auto tensors = std::make_shared<HpuTensors>();
+  for (size_t i = 0; i < arguments.size(); ++i) {
+    const c10::IValue& value = (*stack)[first + i];
+    if (isReduceOp(arguments[i])) checkReduceOp(value);
+    forEachTensor(value, [&](const at::Tensor& t) { tensors->add(t); });
+  }
+  hpuFallback(op, keys, stack);  // aliases, runs the CPU kernel, maps returned tensors back
+  const auto& returns = op.schema().returns();
+  const size_t first_return = stack->size() - returns.size();
+  for (size_t i = 0; i < returns.size(); ++i) {
+    c10::IValue& value = (*stack)[first_return + i];
+    if (isWork(returns[i])) {
+      c10::intrusive_ptr<c10d::Work> work = c10::make_intrusive<HpuWork>(value.toCustomClass<c10d::Work>(), tensors);
+      value = c10::IValue(std::move(work));
+    }
+  }
+}
+
+TORCH_LIBRARY_IMPL(c10d, HPU, m) {
+  for (const char* name :
+       {"allreduce_", "allreduce_coalesced_", "reduce_", "broadcast_", "allgather_", "_allgather_base_",
+        "allgather_coalesced_", "allgather_into_tensor_coalesced_", "reduce_scatter_", "_reduce_scatter_base_",
+        "reduce_scatter_tensor_coalesced_", "gather_", "scatter_", "alltoall_", "alltoall_base_", "barrier",
+        "monitored_barrier_", "send", "recv_", "recv_any_source_"}) {
+    m.impl(name, torch::CppFunction::makeFromBoxedFunction<&collective>());
+  }
+}
+
+}  // namespace
+}  // namespace virtual_hpu

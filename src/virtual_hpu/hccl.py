@@ -1,0 +1,74 @@
+"""The ``"hccl"`` c10d backend of the virtual Gaudi: gloo, working on the memory of the hpu tensors.
+
+``register()`` (run by importing ``habana_frameworks.torch.distributed.hccl``) registers ``"hccl"`` with
+``torch.distributed`` for the devices ``hpu`` and ``cpu``; every process group created with it is a gloo backend.
+Collectives on hpu tensors reach it through the device's C++ kernels for the ``c10d`` ops
+(``csrc/collectives.cpp``): gloo reads and writes CPU aliases of the hpu memory, nothing is copied, and the futures
+of the returned works complete with the hpu tensors themselves, as ``DistributedDataParallel`` expects.
+
+As on HCCL, collectives on hpu tensors reduce with ``SUM``, ``MIN`` and ``MAX`` only (a mean is a sum divided by the
+world size); other reduce ops raise. 64-bit integers, which HCCL handles with limits, simply work.
+Object collectives (``all_gather_object`` and friends) use CPU tensors, since ``cpu`` is among the backend's devices.
+"""
+
+import os
+from datetime import timedelta
+from typing import Any, Optional
+
+import torch.distributed as dist
+
+__all__ = ["BACKEND", "initialize_distributed_hpu", "register"]
+
+BACKEND = "hccl"
+
+
+def register() -> None:
+    """Register the ``"hccl"`` backend with ``torch.distributed``; later calls do nothing."""
+    if BACKEND.upper() in dist.Backend._plugins:
+        return
+    dist.Backend.register_backend(BACKEND, _create_backend, extended_api=True, devices=["hpu", "cpu"])
+
+
+def _create_backend(options: Any, backend_options: Any = None) -> "dist.ProcessGroupGloo":
+    """A gloo backend for one process group (``backend_options``, HCCL's own options, have nothing to set here)."""
+    timeout = options.timeout if isinstance(options.timeout, timedelta) else timedelta(minutes=30)
+    backend = dist.ProcessGroupGloo(options.store, options.group_rank, options.group_size, timeout)
+    backend.options.global_ranks_in_group = options.global_ranks_in_group
+    backend.options.group_name = options.group_id
+    backend._set_sequence_number_for_group()
+    return backend
+
+
+def initialize_distributed_hpu(
+    world_size: Optional[int] = None, rank: Optional[int] = None, local_rank: Optional[int] = None
+) -> tuple[int, int, int]:
+    """Read the distributed configuration of this process as ``(world_size, rank, local_rank)``.
+
+    Given all three values, they are written to ``WORLD_SIZE``, ``RANK`` and ``LOCAL_RANK`` first. Otherwise the
+    values come from those variables, or from Open MPI's ``OMPI_COMM_WORLD_{SIZE,RANK,LOCAL_RANK}`` (copied over when
+    the former are not all set); ``MASTER_ADDR`` and ``MASTER_PORT`` default to ``localhost`` and ``12345``.
+    Unset values read as world size 1 and ranks -1, as on Habana's stack. Unlike Habana's module, importing the
+    facade does not call this: the environment changes only when you do.
+    """
+    if world_size is not None and rank is not None and local_rank is not None:
+        os.environ.update(WORLD_SIZE=str(world_size), RANK=str(rank), LOCAL_RANK=str(local_rank))
+    else:
+        _environment_from_mpi()
+    return (
+        int(os.environ.get("WORLD_SIZE", 1)),
+        int(os.environ.get("RANK", -1)),
+        int(os.environ.get("LOCAL_RANK", -1)),
+    )
+
+
+_MPI_VARIABLES = {"OMPI_COMM_WORLD_SIZE": "WORLD_SIZE", "OMPI_COMM_WORLD_RANK": "RANK", "OMPI_COMM_WORLD_LOCAL_RANK": "LOCAL_RANK"}
+
+
+def _environment_from_mpi() -> None:
+    if all(name in os.environ for name in _MPI_VARIABLES.values()):
+        return
+    if all(name in os.environ for name in _MPI_VARIABLES):
+        for mpi_name, name in _MPI_VARIABLES.items():
+            os.environ[name] = os.environ[mpi_name]
+    os.environ.setdefault("MASTER_ADDR", "localhost")
+    os.environ.setdefault("MASTER_PORT", "12345")
