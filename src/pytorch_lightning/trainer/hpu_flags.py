@@ -5,9 +5,17 @@ It does accept instances: an accelerator, a registered strategy name or instance
 This is the one place where HPU flags become those objects, and where HPU misconfigurations fail, before any work.
 """
 
+import os
 from collections.abc import Iterable
 from typing import Any, Optional, Union
 
+from lightning.fabric.plugins.environments import (
+    ClusterEnvironment,
+    LSFEnvironment,
+    MPIEnvironment,
+    SLURMEnvironment,
+    TorchElasticEnvironment,
+)
 from lightning.pytorch.accelerators import Accelerator
 from lightning.pytorch.plugins.precision import Precision
 from lightning.pytorch.strategies import Strategy, StrategyRegistry
@@ -43,6 +51,10 @@ def resolve_hpu_flags(flags: dict[str, Any]) -> dict[str, Any]:
     # a single-device strategy asked for by name takes one device when the count is left to us
     devices = 1 if _is_single(strategy) and devices_flag == "auto" else HPUAccelerator.parse_devices(devices_flag)
     plugins = _as_list(flags.get("plugins"))
+    # upstream reports a `num_nodes` that is not a positive int
+    if isinstance(num_nodes, int) and num_nodes > 0 and not _cluster_is_managed(strategy, plugins):
+        _validate_world_size(num_nodes, devices)
+        _validate_rendezvous(num_nodes)
     return {
         **flags,
         "accelerator": accelerator if isinstance(accelerator, HPUAccelerator) else HPUAccelerator(),
@@ -103,6 +115,55 @@ def _hpu_strategy(strategy: Union[str, Strategy], devices: int, num_nodes: int) 
             f" more. Use `strategy='{HPUParallelStrategy.strategy_name}'`, or `devices=1`."
         )
     return strategy
+
+
+def _cluster_is_managed(strategy: Union[str, Strategy], plugins: list[Any]) -> bool:
+    """Whether a cluster environment, given or detected as upstream does, supplies the rendezvous and the ranks."""
+    if any(isinstance(plugin, ClusterEnvironment) for plugin in plugins):
+        return True
+    if isinstance(strategy, Strategy) and getattr(strategy, "cluster_environment", None) is not None:
+        return True
+    return any(env.detect() for env in (TorchElasticEnvironment, SLURMEnvironment, LSFEnvironment, MPIEnvironment))
+
+
+def _validate_world_size(num_nodes: int, devices: int) -> None:
+    """``WORLD_SIZE`` set by hand must match the run, or each node trains a separate job.
+
+    Lightning's launcher sets it in the processes it starts, together with ``LOCAL_RANK``; those are left alone.
+    """
+    world_size = os.environ.get("WORLD_SIZE")
+    if world_size is None or "LOCAL_RANK" in os.environ or world_size.strip() == str(num_nodes * devices):
+        return
+    raise MisconfigurationException(
+        f"`Trainer(num_nodes={num_nodes}, devices={devices})` starts {num_nodes * devices} processes but"
+        f" `WORLD_SIZE={world_size}` is set. Pass `num_nodes` (the number of nodes) and `devices` (HPUs per node)"
+        " so that `num_nodes * devices == WORLD_SIZE`, or unset `WORLD_SIZE`."
+    )
+
+
+def _validate_rendezvous(num_nodes: int) -> None:
+    """Nodes meet at ``MASTER_ADDR:MASTER_PORT`` as ``NODE_RANK``; without them each node waits for the others until
+    the process-group timeout."""
+    if num_nodes == 1:
+        return
+    missing = [name for name in ("MASTER_ADDR", "MASTER_PORT") if not os.environ.get(name, "").strip()]
+    if "NODE_RANK" not in os.environ and "GROUP_RANK" not in os.environ:
+        missing.append("NODE_RANK")
+    if missing:
+        raise MisconfigurationException(
+            f"`Trainer(num_nodes={num_nodes})` needs {', '.join(missing)} in the environment of every node, and none"
+            " of SLURM, torchrun, LSF or MPI was detected to provide them. Set `MASTER_ADDR` to the address of node 0,"
+            " `MASTER_PORT` to a free port (the same on all nodes) and `NODE_RANK` to 0, 1, ... per node."
+        )
+    port = os.environ["MASTER_PORT"].strip()
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise MisconfigurationException(f"`MASTER_PORT={port}` is not a port number. Set a free port in 1-65535.")
+    node_rank = os.environ.get("NODE_RANK", os.environ.get("GROUP_RANK", "")).strip()
+    if not node_rank.isdigit() or int(node_rank) >= num_nodes:
+        raise MisconfigurationException(
+            f"`NODE_RANK={node_rank}` is not a node of `Trainer(num_nodes={num_nodes})`. Set it to 0 on the node at"
+            f" `MASTER_ADDR` and to 1 ... {num_nodes - 1} on the others."
+        )
 
 
 def _is_single(strategy: Union[str, Strategy]) -> bool:
