@@ -87,7 +87,7 @@ class HPUProfiler(PyTorchProfiler):
         with_stack: Record the Python stack of each operator.
         export_to_flame_graph: Also write ``<stage>[-<filename>][-<local_rank>]-<action>.stack`` files, the input of
             flame-graph tools (implies ``with_stack``); ``metric`` (``self_cpu_time_total`` by default, or
-            ``self_device_time_total`` for HPU time) chooses what they count.
+            ``self_hpu_time_total``) chooses what they count.
         \**profiler_kwargs: Further arguments of :class:`torch.profiler.profile` (``schedule``, ``with_flops``,
             ``activities``, ``on_trace_ready``, ...).
 
@@ -212,8 +212,10 @@ class HPUProfiler(PyTorchProfiler):
             tensorboard_trace_handler(str(self.dirpath), name)(profiler)
         if self._export_to_flame_graph:
             os.makedirs(self.dirpath, exist_ok=True)
+            # torch names device time after CUDA here, and reads it from whichever device was profiled
+            metric = self._metric.replace("hpu", "cuda")
             try:
-                profiler.export_stacks(os.path.join(self.dirpath, f"{name}.stack"), metric=self._metric)
+                profiler.export_stacks(os.path.join(self.dirpath, f"{name}.stack"), metric=metric)
             except UnicodeDecodeError:
                 _warning_cache.warn(_UNREADABLE_EVENTS)
 
