@@ -113,12 +113,7 @@ class HPUProfiler(PyTorchProfiler):
         export_to_flame_graph: bool = False,
         **profiler_kwargs: Any,
     ) -> None:
-        if not _KINETO_AVAILABLE:
-            raise ModuleNotFoundError("`HPUProfiler` needs a torch build with the Kineto profiler.")
-        if profiler_kwargs.pop("emit_nvtx", False):
-            raise MisconfigurationException(
-                "`HPUProfiler(emit_nvtx=True)` is not supported: NVTX ranges are CUDA's. Use `PyTorchProfiler` on GPUs."
-            )
+        emit_nvtx = profiler_kwargs.pop("emit_nvtx", False)
         # what the user fixed; the rest is decided per accelerator when profiling starts
         self._requested_activities = profiler_kwargs.get("activities")
         self._requested_profile_memory = profile_memory
@@ -137,6 +132,13 @@ class HPUProfiler(PyTorchProfiler):
             record_module_names=record_module_names,
             **profiler_kwargs,
         )
+        # checked once the base profiler is built, so that the half-made object can still be torn down
+        if not _KINETO_AVAILABLE:
+            raise ModuleNotFoundError("`HPUProfiler` needs a torch build with the Kineto profiler.")
+        if emit_nvtx:
+            raise MisconfigurationException(
+                "`HPUProfiler(emit_nvtx=True)` is not supported: NVTX ranges are CUDA's. Use `PyTorchProfiler` on GPUs."
+            )
         # traces are written by ``_write_trace`` unless the user brings an ``on_trace_ready``
         self._writes_traces = not self._has_on_trace_ready
         self._has_on_trace_ready = True
