@@ -59,7 +59,7 @@ def resolve_hpu_flags(flags: dict[str, Any]) -> dict[str, Any]:
         **flags,
         "accelerator": accelerator if isinstance(accelerator, HPUAccelerator) else HPUAccelerator(),
         "devices": devices,
-        "strategy": _hpu_strategy(strategy, devices, num_nodes),
+        "strategy": _hpu_strategy(strategy, devices, num_nodes, chosen_by_auto=accelerator == "auto"),
         **_hpu_precision(flags.get("precision"), plugins),
     }
 
@@ -100,14 +100,18 @@ def _hpu_strategy_names() -> list[str]:
     return sorted(name for name in StrategyRegistry if _is_hpu_strategy(name))
 
 
-def _hpu_strategy(strategy: Union[str, Strategy], devices: int, num_nodes: int) -> Union[str, Strategy]:
+def _hpu_strategy(
+    strategy: Union[str, Strategy], devices: int, num_nodes: int, chosen_by_auto: bool
+) -> Union[str, Strategy]:
     distributed = devices > 1 or num_nodes > 1
     if strategy == "auto":
         return HPUParallelStrategy.strategy_name if distributed else SingleHPUStrategy.strategy_name
     if not _is_hpu_strategy(strategy) or (isinstance(strategy, str) and strategy not in StrategyRegistry):
+        accelerator = "'auto'` (which picks the Gaudi on this machine)" if chosen_by_auto else "'hpu'`"
         raise MisconfigurationException(
-            f"`Trainer(accelerator='hpu', strategy={_describe(strategy)})` is not supported: HPUs train with an HPU"
-            f" strategy. Choose one of {', '.join(_hpu_strategy_names())}, or leave `strategy='auto'`."
+            f"`Trainer(strategy={_describe(strategy)})` is not supported with `accelerator={accelerator}: HPUs train"
+            f" with an HPU strategy. Choose one of {', '.join(_hpu_strategy_names())}, or leave `strategy='auto'`"
+            + (", or set `accelerator='cpu'`." if chosen_by_auto else ".")
         )
     if _is_single(strategy) and distributed:
         raise MisconfigurationException(

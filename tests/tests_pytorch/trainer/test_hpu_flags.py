@@ -71,7 +71,9 @@ def test_strategy_instances_and_hpu_strategy_implies_hpu():
     assert isinstance(trainer.accelerator, HPUAccelerator) and isinstance(trainer.strategy, SingleHPUStrategy)
 
 
-def test_num_nodes_goes_parallel():
+def test_num_nodes_goes_parallel(monkeypatch):
+    for variable, value in {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500", "NODE_RANK": "0"}.items():
+        monkeypatch.setenv(variable, value)
     trainer = _trainer(accelerator="hpu", devices=1, num_nodes=2)
     assert isinstance(trainer.strategy, HPUParallelStrategy)
     assert trainer.num_nodes == 2 and trainer.world_size == 2

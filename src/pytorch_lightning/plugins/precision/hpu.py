@@ -81,9 +81,10 @@ def _validate_precision(precision: Union[str, int]) -> str:
     except ValueError:
         unified = None
     if unified not in _SUPPORTED:
+        reason = " Gaudi has no float64." if unified == "64-true" else ""
         raise ValueError(
-            f"`precision={precision!r}` is not supported on HPU. Choose one of {', '.join(map(repr, _SUPPORTED))}"
-            " (or the legacy forms 32, 16, '16', 'bf16'); Gaudi has no float64."
+            f"`precision={precision!r}` is not supported on HPU.{reason} Choose one of"
+            f" {', '.join(map(repr, _SUPPORTED))} (or the legacy forms 32, 16, '16', 'bf16')."
         )
     if unified == "16-mixed":
         import habana_frameworks.torch.hpu as hthpu
