@@ -61,7 +61,11 @@ def initialize_distributed_hpu(
     )
 
 
-_MPI_VARIABLES = {"OMPI_COMM_WORLD_SIZE": "WORLD_SIZE", "OMPI_COMM_WORLD_RANK": "RANK", "OMPI_COMM_WORLD_LOCAL_RANK": "LOCAL_RANK"}
+_MPI_VARIABLES = {
+    "OMPI_COMM_WORLD_SIZE": "WORLD_SIZE",
+    "OMPI_COMM_WORLD_RANK": "RANK",
+    "OMPI_COMM_WORLD_LOCAL_RANK": "LOCAL_RANK",
+}
 
 
 def _environment_from_mpi() -> None:
