@@ -27,6 +27,15 @@ def register() -> None:
     if BACKEND.upper() in dist.Backend._plugins:
         return
     dist.Backend.register_backend(BACKEND, _create_backend, extended_api=True, devices=["hpu", "cpu"])
+    if not hasattr(dist.ProcessGroupGloo, "perform_nocolor_split"):
+        # With a group bound to a device (``init_process_group(device_id=...)``, as Lightning does), ``new_group``
+        # has the ranks left out of the new group take part in a split of the bound device's backend; gloo
+        # reports that it supports splitting but, unlike NCCL, has no such step, so there is nothing to take part in.
+        dist.ProcessGroupGloo.perform_nocolor_split = _no_split
+
+
+def _no_split(backend: "dist.ProcessGroupGloo", device: Any) -> None:
+    """Gloo's part in a split that does not include this rank: none."""
 
 
 def _create_backend(options: Any, backend_options: Any = None) -> "dist.ProcessGroupGloo":

@@ -151,8 +151,25 @@ def objects():
 
 
 attempt("objects", objects)
+
+
+def subgroups():
+    pair, only_rank_1 = dist.new_group([0, 1]), dist.new_group([1])  # rank 0 is left out of the second
+    tensor = torch.full((2,), rank + 1.0, device=device)
+    dist.all_reduce(tensor, group=pair)
+    if rank == 1:
+        dist.all_reduce(tensor, group=only_rank_1, op=dist.ReduceOp.MAX)
+    return [dist.get_backend(pair), tensor.tolist()]
+
+
+attempt("subgroups", subgroups)
 dist.destroy_process_group()
 results["destroyed"] = not dist.is_initialized()
+
+# No backend named: torch takes the default of the current accelerator, "hccl" for hpu, for hpu alone.
+dist.init_process_group(init_method=f"file://{sys.argv[1]}", rank=rank, world_size=world_size)
+attempt("default_backend", lambda: [dist.get_backend_config(), all_reduce(values, dist.ReduceOp.SUM)])
+dist.destroy_process_group()
 report()
 """
 
@@ -160,7 +177,7 @@ _DDP = """
 from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
-dist.init_process_group("hccl", timeout=timedelta(seconds=60))
+dist.init_process_group("hccl", device_id=device, timeout=timedelta(seconds=60))  # as Lightning does
 x, y = (torch.load(sys.argv[1])[k].chunk(world_size)[rank].to(device) for k in ("x", "y"))
 for variant in ("default", "gradient_as_bucket_view", "comm_hook"):
     torch.manual_seed(0)
@@ -227,7 +244,8 @@ def _run_ranks(code: str, tmp_path: Path, *args: str, world_size: int = 2) -> li
 @pytest.fixture(scope="module")
 def collectives(tmp_path_factory):
     """Results of the collectives run by two ranks, one dict per rank."""
-    return _run_ranks(_COLLECTIVES, tmp_path_factory.mktemp("hccl"))
+    tmp_path = tmp_path_factory.mktemp("hccl")
+    return _run_ranks(_COLLECTIVES, tmp_path, str(tmp_path / "rendezvous"))
 
 
 def test_process_group_bound_to_hpu_device(collectives):
@@ -310,6 +328,16 @@ def test_object_collectives(collectives):
 def _model() -> nn.Module:
     torch.manual_seed(0)
     return nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 3)).to("hpu")
+
+
+def test_subgroups(collectives):
+    assert collectives[0]["subgroups"] == ["hccl", [3.0, 3.0]]
+    assert collectives[1]["subgroups"] == ["hccl", [3.0, 3.0]]
+
+
+def test_process_group_without_backend_name_uses_hccl_for_hpu(collectives):
+    for rank, results in enumerate(collectives):
+        assert results["default_backend"] == ["hpu:hccl", [f"hpu:{rank}", "torch.float32", [4.0, 1.0, 1.0]]]
 
 
 def _train_full_batch(x: torch.Tensor, y: torch.Tensor) -> list:

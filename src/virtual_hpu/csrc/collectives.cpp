@@ -1,8 +1,9 @@
-// c10d collectives on HPU tensors: the CPU backend (gloo) works on CPU aliases of the same memory, HCCL's reduce
-// ops are enforced, and the work's future hands back the HPU tensors (DDP builds its gradient views from them).
+// c10d collectives on HPU tensors: the group's hpu backend (gloo) works on CPU aliases of the same memory, HCCL's
+// reduce ops are enforced, and the work's future hands back the HPU tensors (DDP builds its gradient views from them).
 #include "virtual_hpu.h"
 
 #include <ATen/core/ivalue.h>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/Types.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 #include <torch/library.h>
@@ -133,13 +134,34 @@ bool isReduceOp(const c10::Argument& argument) {
 
 bool isWork(const c10::Argument& argument) { return argument.type()->str() == "__torch__.torch.classes.c10d.Work"; }
 
+bool isProcessGroup(const c10::Argument& argument) {
+  return argument.type()->str() == "__torch__.torch.classes.c10d.ProcessGroup";
+}
+
+// The CPU kernels of the c10d ops call the group's cpu backend. When the group has its own backend for hpu (always
+// the case for "hccl"; `init_process_group()` without a backend registers it for hpu alone), they get a stand-in
+// group whose cpu backend is that hpu backend.
+c10::IValue withHpuBackend(const c10::IValue& value) {
+  auto group = value.toCustomClass<c10d::ProcessGroup>();
+  if (!group->hasBackendForDeviceType(c10::DeviceType::HPU)) return value;
+  c10::intrusive_ptr<c10d::Backend> backend = group->getBackend(c10::DeviceType::HPU);
+  if (group->hasBackendForDeviceType(c10::DeviceType::CPU) && group->getBackend(c10::DeviceType::CPU) == backend) {
+    return value;
+  }
+  auto stand_in = c10::make_intrusive<c10d::ProcessGroup>(group->getRank(), group->getSize());
+  stand_in->setBoundDeviceId(backend->getBoundDeviceId());  // so that setBackend leaves the backend's as it is
+  stand_in->setBackend(c10::DeviceType::CPU, c10d::ProcessGroup::BackendType::CUSTOM, backend);
+  return c10::IValue(std::move(stand_in));
+}
+
 void collective(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::jit::Stack* stack) {
   const auto& arguments = op.schema().arguments();
   const size_t first = stack->size() - arguments.size();
   auto tensors = std::make_shared<HpuTensors>();
   for (size_t i = 0; i < arguments.size(); ++i) {
-    const c10::IValue& value = (*stack)[first + i];
+    c10::IValue& value = (*stack)[first + i];
     if (isReduceOp(arguments[i])) checkReduceOp(value);
+    if (isProcessGroup(arguments[i])) value = withHpuBackend(value);
     forEachTensor(value, [&](const at::Tensor& t) { tensors->add(t); });
   }
   hpuFallback(op, keys, stack);  // aliases, runs the CPU kernel, maps returned tensors back
