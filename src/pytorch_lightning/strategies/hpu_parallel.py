@@ -1,10 +1,12 @@
 """Strategy for data-parallel training over several Intel Gaudi devices and nodes."""
 
+import signal
 from typing import Any, Optional, Union
 
 import torch
 from lightning.fabric.strategies import _StrategyRegistry
 from lightning.pytorch.strategies.ddp import DDPStrategy
+from lightning.pytorch.strategies.launchers.subprocess_script import _SubprocessScriptLauncher
 from torch import Tensor
 from torch.distributed import ReduceOp
 from typing_extensions import override
@@ -41,6 +43,18 @@ class HPUParallelStrategy(_HPUStrategyMixin, DDPStrategy):
     def determine_ddp_device_ids(self) -> None:
         # each process drives exactly one HPU, which the module already lives on
         return None
+
+    @override
+    def on_exception(self, exception: BaseException) -> None:
+        """A failing process that started the others (``strategy="hpu_parallel"``) kills them before it exits.
+
+        Upstream does so only for ``KeyboardInterrupt``. Otherwise a rank outside a collective (in data loading, file
+        I/O) keeps its HPU indefinitely, and one inside waits for the process-group ``timeout`` (30 minutes). Failures
+        of the other ranks already end the run: Lightning's launcher watches them and kills every process.
+        """
+        super().on_exception(exception)
+        if isinstance(self._launcher, _SubprocessScriptLauncher):
+            self._launcher.kill(signal.SIGKILL)
 
     @override
     def reduce(

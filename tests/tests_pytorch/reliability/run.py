@@ -5,7 +5,7 @@
                ``last.ckpt``. Each rank writes its final weights to ``final-rank<r>.pt``.
 ``save``       save ``last.ckpt`` of a model with a large buffer at steps 1 and 2; ``--slow`` stalls the second save
                halfway through writing (the test kills it there).
-``fail``       rank ``--failing-rank`` raises in ``training_step`` at step 3.
+``fail``       at step 3 rank ``--failing-rank`` raises in ``training_step``, rank ``--stuck-rank`` hangs there.
 ``oom``        a training step allocates more than the virtual device has.
 """
 
@@ -23,6 +23,11 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 import pytorch_lightning as pl
 
 FEATURES, SAMPLES, BATCH = 8, 64, 4
+
+
+def _say(line: str) -> None:
+    """One line in one write, so the lines of ranks sharing the output do not interleave."""
+    os.write(sys.stdout.fileno(), f"{line}\n".encode())
 
 
 class Points(Dataset):
@@ -88,6 +93,9 @@ class Net(pl.LightningModule):
         x, y = batch
         return nn.functional.mse_loss(self.net(x), y)
 
+    def on_train_start(self) -> None:
+        self.started_at = self.trainer.global_step
+
     def on_train_batch_start(self, batch, batch_idx) -> None:
         self.trainer.train_dataloader.taken += 1
 
@@ -142,7 +150,7 @@ def _trainer(args, **kwargs) -> pl.Trainer:
 
 
 def train(args) -> None:
-    if args.kill_at and os.getpgrp() != os.getpid():
+    if args.kill_at and "LOCAL_RANK" not in os.environ and os.getpgrp() != os.getpid():
         raise SystemExit("--kill-at kills the process group: start the run as its leader (setsid)")
     pl.seed_everything(0)
     callbacks = [RandomStates(), ModelCheckpoint(dirpath=args.dir, every_n_train_steps=args.every, save_top_k=-1,
@@ -153,7 +161,7 @@ def train(args) -> None:
     model = Net()
     trainer.fit(model, ckpt_path="last" if args.resume else None)
     weights = {name: tensor.detach().cpu() for name, tensor in model.state_dict().items()}
-    torch.save({"weights": weights, "global_step": trainer.global_step},
+    torch.save({"weights": weights, "global_step": trainer.global_step, "started_at": model.started_at},
                os.path.join(args.dir, f"final-rank{trainer.global_rank}.pt"))
 
 
@@ -184,7 +192,7 @@ class Stall:
     """Pickling it reports the save under way, then stalls it."""
 
     def __reduce__(self):
-        print("stalled inside save_checkpoint", flush=True)
+        _say("stalled inside save_checkpoint")
         time.sleep(600)
         return (Stall, ())
 
@@ -193,7 +201,7 @@ class ReportSaves(Callback):
     def on_train_batch_end(self, trainer, *args) -> None:
         # checkpoint callbacks run after this one: the save of the previous step is complete
         if trainer.global_step > 1:
-            print(f"saved step {trainer.global_step - 1}", flush=True)
+            _say(f"saved step {trainer.global_step - 1}")
 
 
 def save(args) -> None:
@@ -203,20 +211,28 @@ def save(args) -> None:
 
 
 class FailingNet(Net):
-    def __init__(self, failing_rank: int) -> None:
+    """At step 3, rank ``failing_rank`` raises and rank ``stuck_rank`` hangs outside any collective (a stuck file
+    system, a deadlocked loader worker); the other ranks carry on into the next collective."""
+
+    def __init__(self, failing_rank: int, stuck_rank: int) -> None:
         super().__init__()
-        self.failing_rank = failing_rank
+        self.failing_rank, self.stuck_rank = failing_rank, stuck_rank
 
     def training_step(self, batch, batch_idx):
+        if self.global_step == 2:
+            _say(f"rank {self.global_rank} (pid {os.getpid()}) at step 2")
         if self.global_step == 3 and self.global_rank == self.failing_rank:
             raise RuntimeError(f"injected failure on rank {self.global_rank}")
+        if self.global_step == 3 and self.global_rank == self.stuck_rank:
+            time.sleep(3600)
+        if self.global_step > 2:
+            time.sleep(0.1)  # slow steps, so that a run waiting for its signal leaves the CPU to others
         return super().training_step(batch, batch_idx)
 
 
 def fail(args) -> None:
-    print(f"rank pid {os.getpid()}", flush=True)
-    trainer = _trainer(args, max_steps=1000, enable_checkpointing=False)
-    trainer.fit(FailingNet(args.failing_rank))
+    trainer = _trainer(args, max_steps=10**6, enable_checkpointing=False)
+    trainer.fit(FailingNet(args.failing_rank, args.stuck_rank))
 
 
 class Hungry(Net):
@@ -243,7 +259,8 @@ def main() -> None:
     parser.add_argument("--resume", action="store_true")
     parser.add_argument("--megabytes", type=int, default=128)
     parser.add_argument("--slow", action="store_true")
-    parser.add_argument("--failing-rank", type=int, default=1)
+    parser.add_argument("--failing-rank", type=int, default=-1)
+    parser.add_argument("--stuck-rank", type=int, default=-1)
     args = parser.parse_args()
     {"train": train, "save": save, "fail": fail, "oom": oom}[args.scenario](args)
 
