@@ -4,6 +4,7 @@ complete new one, never a partial file."""
 import os
 import shutil
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -28,9 +29,35 @@ def _checkpoints(directory: Path) -> list[str]:
     return sorted(path.name for path in directory.iterdir() if path.suffix == ".ckpt")
 
 
-def test_killed_save_leaves_the_previous_checkpoint(run, tmp_path):
-    directory = tmp_path / "checkpoints"
-    save = run("save", "--dir", str(directory), "--megabytes", "16", "--slow")
+def _kill_when_it_appears(scenario, path: Path) -> None:
+    deadline = time.monotonic() + 240
+    while not path.exists() and scenario.process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.0005)
+    scenario.kill()
+
+
+@pytest.fixture(scope="module")
+def saves(run_module, tmp_path_factory):
+    """Two runs saving ``last.ckpt`` after steps 1 and 2, started together.
+
+    ``stalled``: the second save stalls while serialising, and the test kills it there. ``watched``: killed at the
+    first sign of ``last.ckpt``, with its temp directory on another file system than the checkpoints (``/dev/shm``,
+    when it is one): upstream's transaction then copies the temporary file onto the final name.
+    """
+    root = tmp_path_factory.mktemp("saves")
+    shm = Path("/dev/shm")
+    temp_dir = tempfile.mkdtemp(dir=shm if shm.is_dir() and shm.stat().st_dev != root.stat().st_dev else root)
+    stalled = run_module("save", "--dir", str(root / "stalled"), "--megabytes", "16", "--slow")
+    watched = run_module("save", "--dir", str(root / "watched"), "--megabytes", str(MEGABYTES), TMPDIR=temp_dir)
+    watcher = threading.Thread(target=_kill_when_it_appears, args=(watched, root / "watched" / "last.ckpt"))
+    watcher.start()
+    yield {"root": root, "stalled": stalled, "watched": watched, "watcher": watcher}
+    watcher.join()
+    shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+def test_killed_save_leaves_the_previous_checkpoint(saves):
+    directory, save = saves["root"] / "stalled", saves["stalled"]
     save.wait_for("saved step 1")
     last = directory / "last.ckpt"
     previous = _identity(last)
@@ -47,26 +74,13 @@ def test_killed_save_leaves_the_previous_checkpoint(run, tmp_path):
     assert _checkpoints(directory) == ["last.ckpt"]
 
 
-def test_checkpoint_appears_complete_even_across_file_systems(run, tmp_path):
-    # upstream's transaction writes to the temp directory and moves the file: from another file system (/dev/shm
-    # here, when it is one), that is a copy onto the final name. Kill at the first sign of the file.
-    shm = Path("/dev/shm")
-    temp_root = shm if shm.is_dir() and shm.stat().st_dev != tmp_path.stat().st_dev else tmp_path
-    temp_dir = tempfile.mkdtemp(dir=temp_root)
-    try:
-        directory = tmp_path / "checkpoints"
-        save = run("save", "--dir", str(directory), "--megabytes", str(MEGABYTES), TMPDIR=temp_dir)
-        last = directory / "last.ckpt"
-        deadline = time.monotonic() + 120
-        while not last.exists() and save.process.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.0005)
-        save.kill()
-        assert save.process.returncode == -9, save.output[-3000:]
-        checkpoint = _load(last)
-        assert checkpoint["global_step"] == 1
-        assert checkpoint["state_dict"]["ballast"].numel() == MEGABYTES * 2**18
-    finally:
-        shutil.rmtree(temp_dir, ignore_errors=True)
+def test_checkpoint_appears_complete_even_across_file_systems(saves):
+    saves["watcher"].join()
+    watched = saves["watched"]
+    assert watched.process.returncode == -9, watched.output[-3000:]  # killed, not finished
+    checkpoint = _load(saves["root"] / "watched" / "last.ckpt")
+    assert checkpoint["global_step"] == 1
+    assert checkpoint["state_dict"]["ballast"].numel() == MEGABYTES * 2**18
 
 
 def test_save_renames_within_the_directory_and_cleans_up_on_failure(tmp_path, monkeypatch):
