@@ -5,6 +5,7 @@ from typing import Any, Optional, Union
 
 import torch
 from lightning.fabric.strategies import _StrategyRegistry
+from lightning.pytorch.overrides.distributed import _register_ddp_comm_hook
 from lightning.pytorch.strategies.ddp import DDPStrategy
 from lightning.pytorch.strategies.launchers.subprocess_script import _SubprocessScriptLauncher
 from torch import Tensor
@@ -43,6 +44,16 @@ class HPUParallelStrategy(_HPUStrategyMixin, DDPStrategy):
     def determine_ddp_device_ids(self) -> None:
         # each process drives exactly one HPU, which the module already lives on
         return None
+
+    @override
+    def _register_ddp_hooks(self) -> None:
+        # upstream registers communication hooks on CUDA only; DDP runs them over HCCL as well
+        _register_ddp_comm_hook(
+            model=self.model,
+            ddp_comm_state=self._ddp_comm_state,
+            ddp_comm_hook=self._ddp_comm_hook,
+            ddp_comm_wrapper=self._ddp_comm_wrapper,
+        )
 
     @override
     def on_exception(self, exception: BaseException) -> None:
