@@ -9,7 +9,6 @@
 #include <torch/library.h>
 
 #include <mutex>
-#include <string_view>
 
 namespace virtual_hpu {
 namespace {
