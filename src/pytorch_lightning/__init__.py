@@ -12,12 +12,14 @@ _virtual_hpu.activate_from_env()
 import lightning.pytorch as _upstream  # noqa: E402
 
 from pytorch_lightning import _aliasing  # noqa: E402
-from pytorch_lightning.__about__ import __version__  # noqa: E402
+from pytorch_lightning.__about__ import __version__  # noqa: E402, F401
 
 _aliasing.install()
 
 from lightning.pytorch import *  # noqa: E402, F403
 
 from pytorch_lightning.trainer import Trainer  # noqa: E402
+
+__all__ = ["Trainer"]
 
 _aliasing.extend_upstream(__name__, _upstream)

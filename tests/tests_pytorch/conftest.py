@@ -11,8 +11,8 @@ if "VIRTUAL_HPU" not in os.environ and importlib.util.find_spec("habana_framewor
     os.environ["VIRTUAL_HPU"] = "1"
 
 
-import pytest  # noqa: E402
-import torch.distributed  # noqa: E402
+import pytest
+import torch.distributed
 
 
 @pytest.fixture(autouse=True)

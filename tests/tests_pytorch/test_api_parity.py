@@ -1,4 +1,4 @@
-"""Every public upstream ``lightning.pytorch`` module is importable under ``pytorch_lightning`` with the same objects."""
+"""Every public upstream ``lightning.pytorch`` module is importable under ``pytorch_lightning`` as the same object."""
 
 import importlib
 import inspect
@@ -103,6 +103,7 @@ def test_trainer_env_defaults(monkeypatch):
 
 def test_lightning_fabric_alias():
     import lightning.fabric
+
     import lightning_fabric
     from lightning_fabric.strategies.ddp import DDPStrategy
     from lightning_fabric.utilities.seed import seed_everything

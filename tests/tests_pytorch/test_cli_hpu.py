@@ -20,8 +20,11 @@ def _cli(*args: str) -> LightningCLI:
         (["--trainer.accelerator=hpu", "--trainer.devices=1"], SingleHPUStrategy, 1),
         (["--trainer.accelerator=auto", "--trainer.devices=2"], HPUParallelStrategy, 2),
         (["--trainer.accelerator=hpu", "--trainer.strategy=hpu_single"], SingleHPUStrategy, 1),
-        (["--trainer.accelerator=hpu", "--trainer.strategy=hpu_parallel", "--trainer.devices=2"],
-         HPUParallelStrategy, 2),
+        (
+            ["--trainer.accelerator=hpu", "--trainer.strategy=hpu_parallel", "--trainer.devices=2"],
+            HPUParallelStrategy,
+            2,
+        ),
     ],
 )
 def test_flags(args, strategy, devices):

@@ -12,7 +12,10 @@ EXAMPLE = Path(__file__).parents[2] / "examples" / "pytorch" / "hpu_classifier.p
 def test_demo_on_two_hpus_in_bf16():
     result = subprocess.run(
         [sys.executable, str(EXAMPLE), "--devices", "2", "--precision", "bf16-mixed"],
-        env={**os.environ, "MASTER_ADDR": "127.0.0.1"}, capture_output=True, text=True, timeout=300,
+        env={**os.environ, "MASTER_ADDR": "127.0.0.1"},
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     (line,) = [line for line in result.stdout.splitlines() if line.startswith("final metrics")]

@@ -57,7 +57,9 @@ def test_install_over_upstream_leaves_only_ours(wheel, tmp_path):
     venv.EnvBuilder(with_pip=True).create(env_dir)
     python = env_dir / "bin" / "python"
     site_packages = Path(
-        subprocess.check_output([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], text=True).strip()
+        subprocess.check_output(
+            [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], text=True
+        ).strip()
     )
     # torch and lightning come from the test environment, after the new environment's own packages
     (site_packages / "test_env.pth").write_text("\n".join(p for p in sys.path if p.endswith("site-packages")) + "\n")
@@ -76,9 +78,9 @@ def test_install_over_upstream_leaves_only_ours(wheel, tmp_path):
 
     script = (
         "import pytorch_lightning as pl, lightning_fabric, lightning.fabric;"
-        "assert pl.__file__.startswith(%r), pl.__file__;"
+        f"assert pl.__file__.startswith({str(site_packages)!r}), pl.__file__;"
         "assert lightning_fabric is lightning.fabric;"
         "print(pl.__version__)"
-    ) % str(site_packages)
+    )
     out = subprocess.check_output([str(python), "-c", script], text=True)
     assert out.strip() == f"{lightning.__version__}+hpu"

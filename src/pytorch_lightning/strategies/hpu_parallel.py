@@ -69,7 +69,10 @@ class HPUParallelStrategy(_HPUStrategyMixin, DDPStrategy):
 
     @override
     def reduce(
-        self, tensor: Union[Tensor, Any], group: Optional[Any] = None, reduce_op: Optional[Union[ReduceOp, str]] = "mean"
+        self,
+        tensor: Union[Tensor, Any],
+        group: Optional[Any] = None,
+        reduce_op: Optional[Union[ReduceOp, str]] = "mean",
     ) -> Union[Tensor, Any]:
         """Reduce ``tensor`` over all processes with the operations HCCL supports.
 
@@ -97,6 +100,8 @@ class HPUParallelStrategy(_HPUStrategyMixin, DDPStrategy):
     def register_strategies(cls, strategy_registry: _StrategyRegistry) -> None:
         for name, start_method in ((cls.strategy_name, "popen"), (f"{cls.strategy_name}_spawn", "spawn")):
             strategy_registry.register(
-                name, cls, description=f"DDP over HCCL on HPUs, processes started with '{start_method}'",
+                name,
+                cls,
+                description=f"DDP over HCCL on HPUs, processes started with '{start_method}'",
                 start_method=start_method,
             )

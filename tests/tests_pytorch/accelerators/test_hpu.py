@@ -8,8 +8,16 @@ from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from pytorch_lightning.accelerators import HPUAccelerator
 
 GAUDI_MEMORY_KEYS = {
-    "Limit", "InUse", "MaxInUse", "NumAllocs", "NumFrees", "ActiveAllocs", "MaxAllocSize", "TotalSystemAllocs",
-    "TotalSystemFrees", "TotalActiveAllocs",
+    "Limit",
+    "InUse",
+    "MaxInUse",
+    "NumAllocs",
+    "NumFrees",
+    "ActiveAllocs",
+    "MaxAllocSize",
+    "TotalSystemAllocs",
+    "TotalSystemFrees",
+    "TotalActiveAllocs",
 }
 
 

@@ -18,8 +18,10 @@ GLOBAL_BATCH, STEPS, FEATURES = 8, 4, 16
 
 def global_batches() -> list:
     generator = torch.Generator().manual_seed(7)
-    return [(torch.randn(GLOBAL_BATCH, FEATURES, generator=generator), torch.randn(GLOBAL_BATCH, 1, generator=generator))
-            for _ in range(STEPS)]
+    return [
+        (torch.randn(GLOBAL_BATCH, FEATURES, generator=generator), torch.randn(GLOBAL_BATCH, 1, generator=generator))
+        for _ in range(STEPS)
+    ]
 
 
 class RankSlices(Dataset):
@@ -63,16 +65,29 @@ def main() -> None:
     parser.add_argument("--strategy", default="auto")
     args = parser.parse_args()
     trainer = pl.Trainer(
-        accelerator="hpu", devices=args.devices, num_nodes=args.num_nodes, strategy=args.strategy,
-        max_epochs=1, use_distributed_sampler=False, logger=False, enable_checkpointing=False,
-        enable_progress_bar=False, enable_model_summary=False,
+        accelerator="hpu",
+        devices=args.devices,
+        num_nodes=args.num_nodes,
+        strategy=args.strategy,
+        max_epochs=1,
+        use_distributed_sampler=False,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
     )
     model = Regression()
     trainer.fit(model)
     state = {name: tensor.detach().cpu() for name, tensor in model.state_dict().items()}
-    torch.save({"state": state, "world_size": trainer.world_size, "strategy": type(trainer.strategy).__name__,
-                "loss": float(trainer.callback_metrics["loss"])},
-               os.path.join(args.out, f"rank{trainer.global_rank}.pt"))
+    torch.save(
+        {
+            "state": state,
+            "world_size": trainer.world_size,
+            "strategy": type(trainer.strategy).__name__,
+            "loss": float(trainer.callback_metrics["loss"]),
+        },
+        os.path.join(args.out, f"rank{trainer.global_rank}.pt"),
+    )
 
 
 if __name__ == "__main__":

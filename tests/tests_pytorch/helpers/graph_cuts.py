@@ -48,8 +48,14 @@ def main() -> None:
     args = parser.parse_args()
     model = CountingModel(args.log)
     trainer = pl.Trainer(
-        accelerator="hpu", devices=1, max_steps=args.steps, limit_val_batches=0, logger=False,
-        enable_checkpointing=False, enable_model_summary=False, enable_progress_bar=args.progress_bar,
+        accelerator="hpu",
+        devices=1,
+        max_steps=args.steps,
+        limit_val_batches=0,
+        logger=False,
+        enable_checkpointing=False,
+        enable_model_summary=False,
+        enable_progress_bar=args.progress_bar,
         log_every_n_steps=args.log_every_n_steps,
     )
     trainer.fit(model)

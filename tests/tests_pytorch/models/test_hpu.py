@@ -49,8 +49,14 @@ class DigitsModel(pl.LightningModule):
 
 
 def _trainer(tmp_path, **kwargs) -> pl.Trainer:
-    defaults = {"accelerator": "hpu", "devices": 1, "default_root_dir": tmp_path, "logger": False,
-                "enable_progress_bar": False, "enable_model_summary": False}
+    defaults = {
+        "accelerator": "hpu",
+        "devices": 1,
+        "default_root_dir": tmp_path,
+        "logger": False,
+        "enable_progress_bar": False,
+        "enable_model_summary": False,
+    }
     return pl.Trainer(**{**defaults, **kwargs})
 
 
@@ -82,8 +88,15 @@ class DeviceRecordingModel(BoringModel):
 
 
 def test_all_stages(tmp_path):
-    trainer = _trainer(tmp_path, max_epochs=1, limit_train_batches=3, limit_val_batches=2, limit_test_batches=2,
-                       limit_predict_batches=2, enable_checkpointing=False)
+    trainer = _trainer(
+        tmp_path,
+        max_epochs=1,
+        limit_train_batches=3,
+        limit_val_batches=2,
+        limit_test_batches=2,
+        limit_predict_batches=2,
+        enable_checkpointing=False,
+    )
     model = DeviceRecordingModel()
     trainer.fit(model)
     assert isinstance(trainer.strategy, SingleHPUStrategy)
@@ -151,8 +164,9 @@ def test_manual_optimization_with_two_optimizers(tmp_path):
 
 def _graph_cuts(*args: str, **env: str) -> dict:
     script = Path(__file__).parents[1] / "helpers" / "graph_cuts.py"
-    result = subprocess.run([sys.executable, str(script), *args], env={**os.environ, **env}, capture_output=True,
-                            text=True, timeout=300)
+    result = subprocess.run(
+        [sys.executable, str(script), *args], env={**os.environ, **env}, capture_output=True, text=True, timeout=300
+    )
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout.strip().splitlines()[-1])
 

@@ -43,9 +43,18 @@ class DtypeRecordingModel(BoringModel):
 
 def _fit(precision=None, plugins=None) -> DtypeRecordingModel:
     model = DtypeRecordingModel()
-    trainer = pl.Trainer(accelerator="hpu", devices=1, precision=precision, plugins=plugins, max_steps=2,
-                         limit_val_batches=0, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                         enable_model_summary=False)
+    trainer = pl.Trainer(
+        accelerator="hpu",
+        devices=1,
+        precision=precision,
+        plugins=plugins,
+        max_steps=2,
+        limit_val_batches=0,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
     trainer.fit(model)
     return model
 
@@ -78,7 +87,9 @@ def test_env_op_lists(tmp_path, monkeypatch):
 
 def test_constructor_op_lists(tmp_path):
     plugin = HPUPrecisionPlugin(
-        precision="bf16-mixed", opt_level="O1", verbose=True,
+        precision="bf16-mixed",
+        opt_level="O1",
+        verbose=True,
         bf16_file_path=_op_list(tmp_path, "bf16.txt", ["softmax"]),
         fp32_file_path=_op_list(tmp_path, "fp32.txt", ["linear"]),
     )
@@ -86,8 +97,12 @@ def test_constructor_op_lists(tmp_path):
 
 
 def test_hmp_params_op_lists(tmp_path):
-    hmp_params = {"level": "O1", "verbose": False, "bf16_ops": _op_list(tmp_path, "bf16.txt", ["linear"]),
-                  "fp32_ops": _op_list(tmp_path, "fp32.txt", ["softmax"])}
+    hmp_params = {
+        "level": "O1",
+        "verbose": False,
+        "bf16_ops": _op_list(tmp_path, "bf16.txt", ["linear"]),
+        "fp32_ops": _op_list(tmp_path, "fp32.txt", ["softmax"]),
+    }
     dtypes = _fit(plugins=[HPUPrecisionPlugin(precision=16, hmp_params=hmp_params)]).dtypes
     assert dtypes["linear"] == torch.float16
     assert dtypes["softmax"] == torch.float32

@@ -26,8 +26,13 @@ def _free_port() -> int:
 def _run(out: Path, *args: str, **env: str) -> subprocess.Popen:
     environment = {**os.environ, "MASTER_ADDR": "127.0.0.1", **env}
     environment.setdefault("MASTER_PORT", str(_free_port()))
-    return subprocess.Popen([sys.executable, str(SCRIPT), "--out", str(out), *args], env=environment,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return subprocess.Popen(
+        [sys.executable, str(SCRIPT), "--out", str(out), *args],
+        env=environment,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
 
 
 def _wait(*processes: subprocess.Popen) -> None:
@@ -72,8 +77,10 @@ def test_two_processes_synchronise_gradients(tmp_path, reference):
 def test_two_nodes_one_device_each(tmp_path, reference):
     # what "Scale-out on Gaudis" documents: the same script on each node with MASTER_ADDR, MASTER_PORT, NODE_RANK
     port = str(_free_port())
-    nodes = [_run(tmp_path, "--devices", "1", "--num-nodes", "2", MASTER_PORT=port, NODE_RANK=str(rank),
-                  WORLD_SIZE="2") for rank in (0, 1)]
+    nodes = [
+        _run(tmp_path, "--devices", "1", "--num-nodes", "2", MASTER_PORT=port, NODE_RANK=str(rank), WORLD_SIZE="2")
+        for rank in (0, 1)
+    ]
     _wait(*nodes)
     ranks = _states(tmp_path)
     assert [r["world_size"] for r in ranks] == [2, 2]
@@ -90,22 +97,40 @@ def test_ddp_options_pass_through(tmp_path, monkeypatch):
         return torch.distributed.algorithms.ddp_comm_hooks.default_hooks.allreduce_hook(state, bucket)
 
     hook.calls = 0
-    strategy = HPUParallelStrategy(find_unused_parameters=True, bucket_cap_mb=2, gradient_as_bucket_view=True,
-                                   ddp_comm_hook=hook)
-    trainer = pl.Trainer(accelerator="hpu", devices=1, strategy=strategy, max_steps=2, limit_val_batches=0,
-                         logger=False, enable_checkpointing=False, enable_progress_bar=False)
+    strategy = HPUParallelStrategy(
+        find_unused_parameters=True, bucket_cap_mb=2, gradient_as_bucket_view=True, ddp_comm_hook=hook
+    )
+    trainer = pl.Trainer(
+        accelerator="hpu",
+        devices=1,
+        strategy=strategy,
+        max_steps=2,
+        limit_val_batches=0,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+    )
     seen = {}
 
     class Inspect(BoringModel):
         def on_train_start(self):
             ddp = self.trainer.strategy.model
-            seen.update(ddp=isinstance(ddp, DistributedDataParallel), unused=ddp.find_unused_parameters,
-                        bucket=ddp.bucket_bytes_cap, view=ddp.gradient_as_bucket_view,
-                        device=next(ddp.parameters()).device)
+            seen.update(
+                ddp=isinstance(ddp, DistributedDataParallel),
+                unused=ddp.find_unused_parameters,
+                bucket=ddp.bucket_bytes_cap,
+                view=ddp.gradient_as_bucket_view,
+                device=next(ddp.parameters()).device,
+            )
 
     trainer.fit(Inspect())
-    assert seen == {"ddp": True, "unused": True, "bucket": 2 * 1024 * 1024, "view": True,
-                    "device": torch.device("hpu", 0)}
+    assert seen == {
+        "ddp": True,
+        "unused": True,
+        "bucket": 2 * 1024 * 1024,
+        "view": True,
+        "device": torch.device("hpu", 0),
+    }
     assert hook.calls == 2
 
 
@@ -123,8 +148,16 @@ def test_reductions_emulate_what_hccl_lacks(tmp_path, monkeypatch):
             with pytest.raises(ValueError, match="not supported on HPU"):
                 strategy.reduce(torch.tensor(1.0, device=self.device), reduce_op="product")
 
-    trainer = pl.Trainer(accelerator="hpu", devices=1, strategy="hpu_parallel", max_steps=1, limit_val_batches=0,
-                         logger=False, enable_checkpointing=False, enable_progress_bar=False)
+    trainer = pl.Trainer(
+        accelerator="hpu",
+        devices=1,
+        strategy="hpu_parallel",
+        max_steps=1,
+        limit_val_batches=0,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+    )
     trainer.fit(Reduce())
     assert results["mean"].item() == 3.0 and results["mean"].device.type == "hpu"
     assert results["sum_long"].dtype == torch.int64 and results["sum_long"].item() == 5

@@ -89,8 +89,16 @@ def test_cpu_stays_cpu():
 
 @pytest.mark.parametrize(
     ("precision", "expected"),
-    [(32, "32-true"), ("32", "32-true"), ("32-true", "32-true"), (16, "16-mixed"), ("16", "16-mixed"),
-     ("16-mixed", "16-mixed"), ("bf16", "bf16-mixed"), ("bf16-mixed", "bf16-mixed")],
+    [
+        (32, "32-true"),
+        ("32", "32-true"),
+        ("32-true", "32-true"),
+        (16, "16-mixed"),
+        ("16", "16-mixed"),
+        ("16-mixed", "16-mixed"),
+        ("bf16", "bf16-mixed"),
+        ("bf16-mixed", "bf16-mixed"),
+    ],
 )
 def test_precision_flags(precision, expected):
     trainer = _trainer(accelerator="hpu", devices=1, precision=precision)
@@ -145,8 +153,10 @@ def test_env_defaults_select_hpu(monkeypatch):
 def test_logs_hpu_usage(caplog):
     with caplog.at_level(logging.INFO, logger="lightning.pytorch"):
         _trainer(accelerator="hpu", devices=2)
-    assert any(record.getMessage().startswith("HPU available: True (") and record.getMessage().endswith(
-        "using: 2 HPUs") for record in caplog.records)
+    assert any(
+        record.getMessage().startswith("HPU available: True (") and record.getMessage().endswith("using: 2 HPUs")
+        for record in caplog.records
+    )
 
 
 def _run(code: str, **env: str) -> subprocess.CompletedProcess:
@@ -160,8 +170,10 @@ def test_hpu_without_any_gaudi_fails_clearly():
     assert result.returncode != 0
     assert "no Intel Gaudi is available" in result.stderr and "VIRTUAL_HPU=1" in result.stderr
     # and "auto" quietly falls back to the CPU
-    result = _run("import pytorch_lightning as pl; print(type(pl.Trainer(accelerator='auto').accelerator).__name__)",
-                  VIRTUAL_HPU="0")
+    result = _run(
+        "import pytorch_lightning as pl; print(type(pl.Trainer(accelerator='auto').accelerator).__name__)",
+        VIRTUAL_HPU="0",
+    )
     assert result.stdout.strip().endswith("CPUAccelerator"), result.stderr
 
 

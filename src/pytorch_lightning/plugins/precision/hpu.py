@@ -45,8 +45,12 @@ class HPUPrecisionPlugin(Precision):
         hmp_params: Optional[dict[str, Any]] = None,
     ) -> None:
         self.precision = _validate_precision(precision)
-        settings = {"opt_level": opt_level, "verbose": verbose, "bf16_file_path": bf16_file_path,
-                    "fp32_file_path": fp32_file_path}
+        settings = {
+            "opt_level": opt_level,
+            "verbose": verbose,
+            "bf16_file_path": bf16_file_path,
+            "fp32_file_path": fp32_file_path,
+        }
         settings.update(_settings_from_hmp_params(hmp_params, explicit=settings))
         if settings["opt_level"] != "O1":
             raise ValueError(
@@ -106,7 +110,9 @@ def _settings_from_hmp_params(hmp_params: Optional[dict[str, Any]], explicit: di
             f"`hmp_params` has unknown keys {sorted(unknown)}. The keys are {', '.join(map(repr, _HMP_PARAMS))}."
         )
     defaults = {"opt_level": "O1", "verbose": False, "bf16_file_path": None, "fp32_file_path": None}
-    clashes = [key for key, argument in _HMP_PARAMS.items() if key in hmp_params and explicit[argument] != defaults[argument]]
+    clashes = [
+        key for key, argument in _HMP_PARAMS.items() if key in hmp_params and explicit[argument] != defaults[argument]
+    ]
     if clashes:
         raise ValueError(f"`hmp_params` keys {clashes} repeat constructor arguments of `HPUPrecisionPlugin`; pass one.")
     return {_HMP_PARAMS[key]: value for key, value in hmp_params.items()}
@@ -125,8 +131,10 @@ def _validated_op_list(path: Optional[str], argument: str, variable: str) -> Opt
     names = [line.strip() for line in file.read_text().splitlines() if line.strip() and not line.startswith("#")]
     unknown = [name for name in names if not hasattr(torch.ops.aten, name)]
     if unknown:
-        raise ValueError(f"The op list {str(file)!r} names ops that do not exist: {unknown}. Use aten op names such"
-                         " as 'linear', 'matmul' or 'softmax'.")
+        raise ValueError(
+            f"The op list {str(file)!r} names ops that do not exist: {unknown}. Use aten op names such"
+            " as 'linear', 'matmul' or 'softmax'."
+        )
     return str(file.resolve())
 
 
