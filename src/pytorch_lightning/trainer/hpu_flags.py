@@ -17,11 +17,14 @@ from lightning.fabric.plugins.environments import (
     TorchElasticEnvironment,
 )
 from lightning.pytorch.accelerators import Accelerator
+from lightning.pytorch.callbacks import ProgressBar
+from lightning.pytorch.callbacks.progress.rich_progress import _RICH_AVAILABLE
 from lightning.pytorch.plugins.precision import Precision
 from lightning.pytorch.strategies import Strategy, StrategyRegistry
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
 from pytorch_lightning.accelerators.hpu import HPUAccelerator
+from pytorch_lightning.callbacks.hpu_progress import HPURichProgressBar, HPUTQDMProgressBar
 from pytorch_lightning.plugins.precision.hpu import HPUPrecisionPlugin
 from pytorch_lightning.profilers.hpu import HPUProfiler
 from pytorch_lightning.strategies._hpu import _HPUStrategyMixin
@@ -61,6 +64,7 @@ def resolve_hpu_flags(flags: dict[str, Any]) -> dict[str, Any]:
         "devices": devices,
         "strategy": _hpu_strategy(strategy, devices, num_nodes, chosen_by_auto=accelerator == "auto"),
         **_hpu_precision(flags.get("precision"), plugins),
+        **_default_progress_bar(flags),
     }
 
 
@@ -70,6 +74,15 @@ def _resolve_profiler(flags: dict[str, Any]) -> dict[str, Any]:
     if isinstance(profiler, str) and profiler.lower() == "hpu":
         return {**flags, "profiler": HPUProfiler()}
     return flags
+
+
+def _default_progress_bar(flags: dict[str, Any]) -> dict[str, Any]:
+    """Upstream's default progress bar reads the values logged with ``prog_bar=True`` after every training step, and
+    each read waits for the HPU; ours reads them every ``log_every_n_steps`` steps. A bar the user passes is kept."""
+    callbacks = _as_list(flags.get("callbacks"))
+    if flags.get("enable_progress_bar") is False or any(isinstance(callback, ProgressBar) for callback in callbacks):
+        return {}
+    return {"callbacks": [*callbacks, HPURichProgressBar() if _RICH_AVAILABLE else HPUTQDMProgressBar()]}
 
 
 def _uses_hpu(accelerator: Union[str, Accelerator], strategy: Union[str, Strategy]) -> bool:
