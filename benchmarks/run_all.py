@@ -2,9 +2,12 @@
 
 Each benchmark is a script ``benchmarks/<name>.py`` that measures side by side in one run and prints, as its last
 line, ``<headline>=<float>``. ``--fast`` is passed on to each (run once, for smoke tests); a benchmark that fails or
-breaks that format makes this script exit non-zero.
+breaks that format makes this script exit non-zero. Benchmarks run with one intra-op thread per process unless
+``OMP_NUM_THREADS`` is set: on a shared machine with few cores, ops waiting for a second thread make step times swing
+tenfold, and every comparison gives both of its sides the same setting.
 """
 
+import os
 import re
 import subprocess
 import sys
@@ -12,6 +15,7 @@ import time
 from argparse import ArgumentParser
 from pathlib import Path
 
+BENCHMARK_ENV = {"OMP_NUM_THREADS": "1", **os.environ}
 HEADLINE = re.compile(r"^(?P<name>[A-Za-z_][\w.]*)=(?P<value>[-+0-9.eE]+|nan|inf)$")
 
 
@@ -23,7 +27,7 @@ def run(script: Path, fast: bool) -> tuple:
     """Run one benchmark with its output streamed through; return (headline name, value, seconds)."""
     command = [sys.executable, str(script)] + (["--fast"] if fast else [])
     start = time.perf_counter()
-    process = subprocess.run(command, stdout=subprocess.PIPE, text=True)
+    process = subprocess.run(command, stdout=subprocess.PIPE, text=True, env=BENCHMARK_ENV)
     seconds = time.perf_counter() - start
     print(process.stdout, end="", flush=True)
     lines = process.stdout.strip().splitlines()
@@ -44,7 +48,8 @@ def main() -> int:
             rows.append((script.stem, *run(script, args.fast)))
         except RuntimeError as err:
             failures.append(str(err))
-    print("\n| benchmark | headline | value | seconds |\n|---|---|---|---|")
+    print(f"\nOMP_NUM_THREADS={BENCHMARK_ENV['OMP_NUM_THREADS']}, VIRTUAL_HPU={os.environ.get('VIRTUAL_HPU', 'unset')}")
+    print("| benchmark | headline | value | seconds |\n|---|---|---|---|")
     for script, name, value, seconds in rows:
         print(f"| {script} | {name} | {value:.3f} | {seconds:.0f} |")
     for failure in failures:
