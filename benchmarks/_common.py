@@ -1,0 +1,48 @@
+"""Shared by the benchmarks in this folder (``run_all.py`` skips files starting with ``_``)."""
+
+import importlib.util
+import os
+import statistics
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+SRC = HERE.parent / "src"
+
+
+def use_gaudi_or_virtual() -> None:
+    """Train on the real Gaudi where its software is installed, on the virtual one otherwise, with one intra-op
+    thread per process unless ``OMP_NUM_THREADS`` says otherwise.
+
+    On a shared machine with few cores, ops that wait for a second intra-op thread make step times swing tenfold;
+    both sides of every comparison get the same setting. Must run before ``torch`` and ``pytorch_lightning`` are
+    imported: the variables are read at import and inherited by workers.
+    This folder leaves the import path (``virtual_hpu.py`` here would shadow the package of that name), and the
+    repository's sources are used when the package is not installed.
+    """
+    sys.path[:] = [path for path in sys.path if Path(path or ".").resolve() != HERE]
+    if importlib.util.find_spec("pytorch_lightning") is None:
+        sys.path.append(str(SRC))
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    os.environ.setdefault("VIRTUAL_HPU", "0" if importlib.util.find_spec("habana_frameworks") else "1")
+
+
+def is_virtual() -> bool:
+    import virtual_hpu
+
+    return virtual_hpu.is_active()
+
+
+def spread(samples: Sequence[float], digits: int = 2) -> str:
+    """``median [min, max]`` of the samples."""
+    return f"{statistics.median(samples):.{digits}f} [{min(samples):.{digits}f}, {max(samples):.{digits}f}]"
+
+
+def print_table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
+    """A Markdown table, columns as wide as their widest cell."""
+    cells = [list(map(str, header))] + [list(map(str, row)) for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
+    lines = ["| " + " | ".join(cell.ljust(width) for cell, width in zip(row, widths)) + " |" for row in cells]
+    lines.insert(1, "|" + "|".join("-" * (width + 2) for width in widths) + "|")
+    print("\n".join(lines), flush=True)
