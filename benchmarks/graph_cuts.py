@@ -1,0 +1,152 @@
+"""Graph cuts, host syncs and ops per graph in each steady-state training step on one HPU, by logging set-up.
+
+On Gaudi in lazy mode, ``mark_step()`` cuts the recorded graph and runs it; every device-to-host read (``.item()``,
+``.cpu()``) makes the host wait for the device. The virtual Gaudi counts both (``virtual_hpu.accounting``). Each case
+trains a small model with ``pl.Trainer(accelerator="hpu", devices=1)`` and reads the counters at the start of every
+training step; after warm-up it reports the mean per step of mark_step calls, host syncs and graphs, ops per graph,
+and the median host time per step. Cases: nothing logged, ``self.log("loss", loss, prog_bar=True)`` every step,
+``self.log("loss", loss)`` to a logger with ``log_every_n_steps=50``, both, and the epoch-level progress-bar value
+(``on_step=False, on_epoch=True``); each with the progress bar off and with the Trainer's default one.
+
+The last line, ``host_syncs_per_step_default=<float>``, is the mean host syncs per step of the Trainer's defaults
+(progress bar, logger, ``log_every_n_steps=50``) with the loss logged to the progress bar every step, the common
+recipe. It needs the virtual Gaudi's counters: on a real Gaudi the script says so and prints ``nan``.
+
+    python benchmarks/graph_cuts.py [--fast] [--steps N]
+"""
+
+import os
+import statistics
+import tempfile
+import time
+import warnings
+from argparse import ArgumentParser
+from contextlib import redirect_stdout
+from dataclasses import dataclass
+from typing import Optional
+
+from _common import is_virtual, print_table, use_gaudi_or_virtual
+
+use_gaudi_or_virtual()
+
+import torch  # noqa: E402
+from lightning.pytorch.loggers import CSVLogger  # noqa: E402
+from torch import Tensor, nn  # noqa: E402
+from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
+
+import pytorch_lightning as pl  # noqa: E402
+
+WARMUP = 3
+HEADLINE_CASE = ("prog_bar every step + logger", "default")
+
+
+@dataclass(frozen=True)
+class Logging:
+    name: str
+    log_kwargs: Optional[dict]  # for ``self.log("loss", loss, **log_kwargs)``; None logs nothing
+    logger: bool  # a CSVLogger with the default ``log_every_n_steps=50``
+
+
+LOGGING = (
+    Logging("nothing", None, logger=False),
+    Logging("prog_bar every step", {"prog_bar": True}, logger=False),
+    Logging("logger every 50 steps", {}, logger=True),
+    Logging("prog_bar every step + logger", {"prog_bar": True}, logger=True),
+    Logging("prog_bar epoch mean + logger", {"prog_bar": True, "on_step": False, "on_epoch": True}, logger=True),
+)
+
+
+class LoggingModel(pl.LightningModule):
+    """A small classifier that logs its loss as asked and snapshots the counters at the start of every step."""
+
+    def __init__(self, log_kwargs: Optional[dict]) -> None:
+        super().__init__()
+        self.network = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 2))
+        self.log_kwargs = log_kwargs
+        self.snapshots: list = []
+
+    def on_train_batch_start(self, batch: tuple, batch_idx: int) -> None:
+        from virtual_hpu import accounting
+
+        self.snapshots.append((time.perf_counter(), accounting.counters()))
+
+    def training_step(self, batch: tuple, batch_idx: int) -> Tensor:
+        inputs, targets = batch
+        loss = nn.functional.cross_entropy(self.network(inputs), targets)
+        if self.log_kwargs is not None:
+            self.log("loss", loss, **self.log_kwargs)
+        return loss
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+def measure(logging: Logging, progress_bar: bool, steps: int, log_dir: str) -> dict:
+    """Per-step counter increments over ``steps`` steady-state steps."""
+    torch.manual_seed(0)
+    total = WARMUP + steps + 1  # the snapshot at the start of the last step closes the window
+    data = TensorDataset(torch.randn(total * 16, 32), torch.randint(0, 2, (total * 16,)))
+    model = LoggingModel(logging.log_kwargs)
+    trainer = pl.Trainer(
+        accelerator="hpu",
+        devices=1,
+        max_steps=total,
+        enable_progress_bar=progress_bar,
+        enable_checkpointing=False,
+        enable_model_summary=False,
+        logger=CSVLogger(log_dir) if logging.logger else False,
+    )
+    # the bar draws as usual, into the void instead of over this script's table
+    with open(os.devnull, "w") as void, redirect_stdout(void):
+        trainer.fit(model, DataLoader(data, batch_size=16))
+    window = model.snapshots[WARMUP:]
+    first, last = window[0][1], window[-1][1]
+    delta = {key: last[key] - first[key] for key in first}
+    times = [(later - earlier) * 1000 for (earlier, _), (later, _) in zip(window, window[1:])]
+    return {
+        "mark_steps": delta["mark_steps"] / steps,
+        "host_syncs": delta["host_syncs"] / steps,
+        "graphs": delta["graphs"] / steps,
+        "ops_per_graph": delta["ops"] / delta["graphs"] if delta["graphs"] else 0.0,
+        "ms": statistics.median(times),
+    }
+
+
+def main() -> None:
+    parser = ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--fast", action="store_true", help="accepted for run_all.py; counts need no repeats")
+    parser.add_argument("--steps", type=int, default=100, help="steady-state steps per case")
+    args = parser.parse_args()
+    if not is_virtual():
+        print("graph_cuts.py reads the virtual Gaudi's counters; run it with VIRTUAL_HPU=1 on a machine without Gaudi")
+        print("host_syncs_per_step_default=nan")
+        return
+    warnings.filterwarnings("ignore", ".*does not have many workers.*")
+    warnings.filterwarnings("ignore", ".*number of training batches.*smaller than the logging interval.*")
+
+    rows, results = [], {}
+    with tempfile.TemporaryDirectory() as log_dir:
+        for logging in LOGGING:
+            for progress_bar in (False, True):
+                bar = "default" if progress_bar else "off"
+                result = results[(logging.name, bar)] = measure(logging, progress_bar, args.steps, log_dir)
+                rows.append(
+                    [
+                        logging.name,
+                        bar,
+                        f"{result['mark_steps']:.2f}",
+                        f"{result['host_syncs']:.2f}",
+                        f"{result['graphs']:.2f}",
+                        f"{result['ops_per_graph']:.1f}",
+                        f"{result['ms']:.2f}",
+                    ]
+                )
+    print(f"per training step, mean over {args.steps} steps after {WARMUP} warm-up steps (lazy mode)")
+    print_table(
+        ["logging", "progress bar", "mark_steps", "host syncs", "graphs", "ops/graph", "host ms (median)"], rows
+    )
+    print(f"host_syncs_per_step_default={results[HEADLINE_CASE]['host_syncs']:.3f}")
+
+
+if __name__ == "__main__":
+    main()
