@@ -178,8 +178,8 @@ def _validate_rendezvous(num_nodes: int) -> None:
     node_rank = os.environ.get("NODE_RANK", os.environ.get("GROUP_RANK", "")).strip()
     if not node_rank.isdigit() or int(node_rank) >= num_nodes:
         raise MisconfigurationException(
-            f"`NODE_RANK={node_rank}` is not a node of `Trainer(num_nodes={num_nodes})`. Set it to 0 on the node at"
-            f" `MASTER_ADDR` and to 1 ... {num_nodes - 1} on the others."
+            f"`NODE_RANK={node_rank}` is not a node of `Trainer(num_nodes={num_nodes})`. Set it to a number from 0 to"
+            f" {num_nodes - 1}, a different one per node, 0 on the node at `MASTER_ADDR`."
         )
 
 

@@ -30,8 +30,14 @@ class Run:
         for name in ("WORLD_SIZE", "LOCAL_RANK", "NODE_RANK"):  # as left by in-process fits of other tests
             environment.pop(name, None)
         self.started = time.monotonic()
-        self.process = subprocess.Popen([sys.executable, str(RUN), *args], env=environment, stdout=subprocess.PIPE,
-                                        stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        self.process = subprocess.Popen(
+            [sys.executable, str(RUN), *args],
+            env=environment,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
         self.lines: list[str] = []
         self._new: queue.Queue = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()

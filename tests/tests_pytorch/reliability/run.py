@@ -107,8 +107,9 @@ class Net(pl.LightningModule):
     def train_dataloader(self) -> DataLoader:
         data = Points()
         # a generator of its own, so creating the iterator draws nothing from the global one
-        return ResumableLoader(data, batch_size=BATCH, sampler=EpochShuffle(len(data)),
-                               generator=torch.Generator().manual_seed(2))
+        return ResumableLoader(
+            data, batch_size=BATCH, sampler=EpochShuffle(len(data)), generator=torch.Generator().manual_seed(2)
+        )
 
 
 class RandomStates(Callback):
@@ -145,24 +146,36 @@ class KillAt(Callback):
 
 
 def _trainer(args, **kwargs) -> pl.Trainer:
-    return pl.Trainer(accelerator="hpu", devices=args.devices, strategy=args.strategy, logger=False,
-                      enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0, **kwargs)
+    return pl.Trainer(
+        accelerator="hpu",
+        devices=args.devices,
+        strategy=args.strategy,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        limit_val_batches=0,
+        **kwargs,
+    )
 
 
 def train(args) -> None:
     if args.kill_at and "LOCAL_RANK" not in os.environ and os.getpgrp() != os.getpid():
         raise SystemExit("--kill-at kills the process group: start the run as its leader (setsid)")
     pl.seed_everything(0)
-    callbacks = [RandomStates(), ModelCheckpoint(dirpath=args.dir, every_n_train_steps=args.every, save_top_k=-1,
-                                                 save_last=True)]
+    callbacks = [
+        RandomStates(),
+        ModelCheckpoint(dirpath=args.dir, every_n_train_steps=args.every, save_top_k=-1, save_last=True),
+    ]
     if args.kill_at:
         callbacks.append(KillAt(args.kill_at))
     trainer = _trainer(args, max_steps=args.steps, callbacks=callbacks)
     model = Net()
     trainer.fit(model, ckpt_path="last" if args.resume else None)
     weights = {name: tensor.detach().cpu() for name, tensor in model.state_dict().items()}
-    torch.save({"weights": weights, "global_step": trainer.global_step, "started_at": model.started_at},
-               os.path.join(args.dir, f"final-rank{trainer.global_rank}.pt"))
+    torch.save(
+        {"weights": weights, "global_step": trainer.global_step, "started_at": model.started_at},
+        os.path.join(args.dir, f"final-rank{trainer.global_rank}.pt"),
+    )
 
 
 class Large(pl.LightningModule):

@@ -88,7 +88,12 @@ def test_save_renames_within_the_directory_and_cleans_up_on_failure(tmp_path, mo
     path = tmp_path / "run" / "last.ckpt"
     renames = []
     replace = os.replace
-    monkeypatch.setattr(os, "replace", lambda source, target: renames.append((source, target)) or replace(source, target))
+
+    def recording_replace(source, target):
+        renames.append((source, target))
+        replace(source, target)
+
+    monkeypatch.setattr(os, "replace", recording_replace)
     io.save_checkpoint({"weights": torch.ones(3, device="hpu")}, f"file://{path}")
     ((source, target),) = renames
     assert Path(source).parent == path.parent and not source.endswith(".ckpt") and target == str(path)

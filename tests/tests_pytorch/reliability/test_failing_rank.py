@@ -24,8 +24,10 @@ DEADLINE = 60
 
 @pytest.fixture(scope="module")
 def runs(run_module):
-    return {name: run_module("fail", "--devices", "2", "--strategy", "hpu_parallel", *flags)
-            for name, flags in SCENARIOS.items()}
+    return {
+        name: run_module("fail", "--devices", "2", "--strategy", "hpu_parallel", *flags)
+        for name, flags in SCENARIOS.items()
+    }
 
 
 def _rank_pids(scenario) -> list[int]:

@@ -1,6 +1,6 @@
-"""Training SIGKILLed mid-run and resumed from its last checkpoint ends with the weights of an uninterrupted run, bit for
-bit: weights, AdamW state, the per-step LR schedule, the loader's position mid-epoch and the random state of dropout
-all come back.
+"""Training SIGKILLed mid-run and resumed from its last checkpoint ends with the weights of an uninterrupted run, bit
+for bit: weights, AdamW state, the per-step LR schedule, the loader's position mid-epoch and the random state of
+dropout all come back.
 
 Lightning restores the first three; the loader must be resumable (``state_dict``/``load_state_dict``) and Lightning
 keeps no random state in checkpoints: ``run.py`` has a loader and a callback that do it, as users need to.
