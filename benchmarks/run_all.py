@@ -48,7 +48,8 @@ def main() -> int:
             rows.append((script.stem, *run(script, args.fast)))
         except RuntimeError as err:
             failures.append(str(err))
-    print(f"\nOMP_NUM_THREADS={BENCHMARK_ENV['OMP_NUM_THREADS']}, VIRTUAL_HPU={os.environ.get('VIRTUAL_HPU', 'unset')}")
+    print("=== summary")
+    print(f"OMP_NUM_THREADS={BENCHMARK_ENV['OMP_NUM_THREADS']}, VIRTUAL_HPU={os.environ.get('VIRTUAL_HPU', 'unset')}")
     print("| benchmark | headline | value | seconds |\n|---|---|---|---|")
     for script, name, value, seconds in rows:
         print(f"| {script} | {name} | {value:.3f} | {seconds:.0f} |")

@@ -1,0 +1,82 @@
+"""``benchmarks/run_all.py --fast`` runs every benchmark once and reports in the agreed format.
+
+Not a timing test: it checks that each script prints a table and ends with ``<name>=<float>``, that the summary lists
+them all, and what the benchmarks show that does not depend on timing (results equal bit for bit, graph cuts and host
+syncs per step).
+"""
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[3] / "benchmarks"
+HEADLINE = re.compile(r"^([A-Za-z_][\w.]*)=([-+0-9.eE]+|nan|inf)$")
+EXPECTED_HEADLINES = {
+    "distributed": "ddp_ratio",
+    "graph_cuts": "host_syncs_per_step_default",
+    "trainer_overhead": "overhead_ratio_max",
+    "virtual_hpu": "ratio_max",
+}
+
+
+@pytest.fixture(scope="module")
+def run_all() -> tuple:
+    """(output of each benchmark by name, summary lines) of one ``run_all.py --fast``."""
+    result = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "run_all.py"), "--fast"], capture_output=True, text=True, timeout=540
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    sections = re.split(r"^=== (\w+)(?:\.py)?$", result.stdout, flags=re.MULTILINE)
+    outputs = dict(zip(sections[1::2], sections[2::2]))
+    summary = outputs.pop("summary")
+    return outputs, [line for line in summary.splitlines() if line.strip()]
+
+
+@pytest.mark.slow
+def test_every_benchmark_runs_and_ends_with_its_headline(run_all):
+    outputs, _ = run_all
+    scripts = {path.stem for path in BENCHMARKS.glob("*.py") if not path.name.startswith("_")} - {"run_all"}
+    assert set(outputs) == scripts
+    for name, output in outputs.items():
+        lines = output.strip().splitlines()
+        match = HEADLINE.match(lines[-1])
+        assert match, f"{name}.py ended with {lines[-1]!r}"
+        if name in EXPECTED_HEADLINES:
+            assert match[1] == EXPECTED_HEADLINES[name]
+        if name != "virtual_hpu":  # that one prints aligned columns of its own
+            assert any(line.startswith("|-") for line in lines), f"{name}.py has no table"
+
+
+@pytest.mark.slow
+def test_summary_table_lists_each_headline(run_all):
+    outputs, summary = run_all
+    rows = [line for line in summary if line.startswith("| ") and not line.startswith("| benchmark")]
+    assert summary[1] == "| benchmark | headline | value | seconds |"
+    assert {row.split("|")[1].strip() for row in rows} == set(outputs)
+    for row in rows:
+        script, headline, value, seconds = (cell.strip() for cell in row.strip("|").split("|"))
+        assert headline == EXPECTED_HEADLINES.get(script, headline)
+        float(value), float(seconds)
+    assert not [line for line in summary if line.startswith("FAILED")]
+
+
+@pytest.mark.slow
+def test_what_does_not_depend_on_timing(run_all):
+    outputs, _ = run_all
+    # the Trainer and the hand-written loop end with the same loss and weights, bit for bit
+    assert outputs["trainer_overhead"].count("| bitwise") == 2
+    # hpu_parallel and CPU DDP end with the same loss
+    assert "bitwise equal: yes" in outputs["distributed"]
+    # nothing logged: one cut after backward, one after the optimizer step, no host sync, with or without the bar
+    cuts = {}
+    for line in outputs["graph_cuts"].splitlines():
+        cells = [cell.strip() for cell in line.strip("|").split("|")]
+        if len(cells) == 7 and cells[2].replace(".", "").isdigit():
+            cuts[(cells[0], cells[1])] = (float(cells[2]), float(cells[3]))
+    assert cuts[("nothing", "off")] == cuts[("nothing", "default")] == (2.0, 0.0)
+    # the default progress bar does not read the logged loss back after every step
+    bar_cost = cuts[("prog_bar every step", "default")][1] - cuts[("prog_bar every step", "off")][1]
+    assert bar_cost < 0.1
