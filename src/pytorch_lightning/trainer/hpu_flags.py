@@ -128,8 +128,8 @@ def _hpu_strategy(
         )
     if _is_single(strategy) and distributed:
         raise MisconfigurationException(
-            f"`strategy={_describe(strategy)}` trains on one HPU but `devices={devices}, num_nodes={num_nodes}` asks for"
-            f" more. Use `strategy='{HPUParallelStrategy.strategy_name}'`, or `devices=1`."
+            f"`strategy={_describe(strategy)}` trains on one HPU but `devices={devices}, num_nodes={num_nodes}` asks"
+            f" for more. Use `strategy='{HPUParallelStrategy.strategy_name}'`, or `devices=1`."
         )
     return strategy
 
