@@ -67,7 +67,8 @@ def test_summary_table_lists_each_headline(run_all):
 def test_what_does_not_depend_on_timing(run_all):
     outputs, _ = run_all
     # the Trainer and the hand-written loop end with the same loss and weights, bit for bit
-    assert outputs["trainer_overhead"].count("| bitwise") == 2
+    rows = [line for line in outputs["trainer_overhead"].splitlines() if line.startswith(("| hpu", "| cpu"))]
+    assert len(rows) == 3 and all(row.rstrip(" |").endswith("bitwise") for row in rows)
     # hpu_parallel and CPU DDP end with the same loss
     assert "bitwise equal: yes" in outputs["distributed"]
     # nothing logged: one cut after backward, one after the optimizer step, no host sync, with or without the bar
