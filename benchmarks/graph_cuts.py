@@ -8,6 +8,18 @@ and the median host time per step. Cases: nothing logged, ``self.log("loss", los
 ``self.log("loss", loss)`` to a logger with ``log_every_n_steps=50``, both, and the epoch-level progress-bar value
 (``on_step=False, on_epoch=True``); each with the progress bar off and with the Trainer's default one.
 
+What logging costs, as measured (host syncs per step; the graphs themselves do not change):
+
+- ``self.log(..., prog_bar=True)`` with ``on_step=True`` (the default in ``training_step``): 1 every step, with or
+  without a progress bar. Upstream's logger connector turns progress-bar values into Python numbers at the end of
+  every batch (``_ResultCollection.metrics`` -> ``.item()``); only a change upstream can avoid it
+  (Lightning-AI/pytorch-lightning#21232).
+- A logger: one read per logged value every ``log_every_n_steps`` steps (and one more for each progress-bar value).
+- The Trainer's default progress bar on HPU: one read per progress-bar value every ``log_every_n_steps`` steps
+  (upstream's reads after every step).
+- ``self.log(..., prog_bar=True, on_step=False, on_epoch=True)``: none during the epoch; the mean is accumulated on
+  the device and read at its end.
+
 The last line, ``host_syncs_per_step_default=<float>``, is the mean host syncs per step of the Trainer's defaults
 (progress bar, logger, ``log_every_n_steps=50``) with the loss logged to the progress bar every step, the common
 recipe. It needs the virtual Gaudi's counters: on a real Gaudi the script says so and prints ``nan``.
