@@ -14,7 +14,8 @@ What logging costs, as measured (host syncs per step; the graphs themselves do n
   without a progress bar. Upstream's logger connector turns progress-bar values into Python numbers at the end of
   every batch (``_ResultCollection.metrics`` -> ``.item()``); only a change upstream can avoid it
   (Lightning-AI/pytorch-lightning#21232).
-- A logger: one read per logged value every ``log_every_n_steps`` steps (and one more for each progress-bar value).
+- Every ``log_every_n_steps`` steps: one read per value sent to a logger, and one per progress-bar value (logger or
+  not).
 - The Trainer's default progress bar on HPU: one read per progress-bar value every ``log_every_n_steps`` steps
   (upstream's reads after every step).
 - ``self.log(..., prog_bar=True, on_step=False, on_epoch=True)``: none during the epoch; the mean is accumulated on
