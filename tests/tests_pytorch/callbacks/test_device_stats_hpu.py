@@ -5,19 +5,7 @@ from lightning.pytorch.demos.boring_classes import BoringModel
 from lightning.pytorch.loggers import Logger
 
 import pytorch_lightning as pl
-
-GAUDI_MEMORY_KEYS = (
-    "Limit",
-    "InUse",
-    "MaxInUse",
-    "NumAllocs",
-    "NumFrees",
-    "ActiveAllocs",
-    "MaxAllocSize",
-    "TotalSystemAllocs",
-    "TotalSystemFrees",
-    "TotalActiveAllocs",
-)
+from tests_pytorch.helpers.gaudi import GAUDI_MEMORY_KEYS
 
 
 class RecordingLogger(Logger):
