@@ -1,7 +1,5 @@
 """The Trainer's default progress bar on HPUs reads logged values every few steps, not after every step."""
 
-import sys
-
 import pytest
 import torch
 from lightning.pytorch.callbacks import Callback, ProgressBar, TQDMProgressBar
@@ -11,12 +9,9 @@ from torch.utils.data import DataLoader, TensorDataset
 
 import pytorch_lightning as pl
 from pytorch_lightning.callbacks import HPURichProgressBar, HPUTQDMProgressBar
+from tests_pytorch.helpers.runif import RunIf
 
 DEFAULT_BAR = HPURichProgressBar if _RICH_AVAILABLE else HPUTQDMProgressBar
-needs_counters = pytest.mark.skipif(
-    "virtual_hpu" not in sys.modules or not sys.modules["virtual_hpu"].is_active(),
-    reason="counts host syncs with the virtual Gaudi's accounting",
-)
 
 
 class LoggingModel(pl.LightningModule):
@@ -91,7 +86,7 @@ def test_metrics_refresh_rate_is_validated(rate):
         HPUTQDMProgressBar(metrics_refresh_rate=rate)
 
 
-@needs_counters
+@RunIf(virtual_hpu=True)
 def test_reads_logged_values_every_n_steps():
     steps = 14
     without_bar = _syncs_per_step(_fit(steps, enable_progress_bar=False))
@@ -104,7 +99,7 @@ def test_reads_logged_values_every_n_steps():
     assert [a - b for a, b in zip(ours, without_bar)] == expected
 
 
-@needs_counters
+@RunIf(virtual_hpu=True)
 def test_default_bar_reads_every_log_every_n_steps():
     steps = 14
     without_bar = _syncs_per_step(_fit(steps, enable_progress_bar=False, log_every_n_steps=5))

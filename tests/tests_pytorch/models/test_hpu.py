@@ -16,6 +16,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 import pytorch_lightning as pl
 from pytorch_lightning.strategies import SingleHPUStrategy
+from tests_pytorch.helpers.runif import RunIf
 
 
 def _digits(split: str) -> DataLoader:
@@ -171,6 +172,7 @@ def _graph_cuts(*args: str, **env: str) -> dict:
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
+@RunIf(virtual_hpu=True)
 def test_graph_cuts_per_training_step_in_lazy_mode():
     counts = _graph_cuts(PT_HPU_LAZY_MODE="1")
     # one cut after backward, one after the optimizer step; nothing read back to the host
@@ -179,6 +181,7 @@ def test_graph_cuts_per_training_step_in_lazy_mode():
     assert len(counts["ops"]) == 1  # every step runs the same ops
 
 
+@RunIf(virtual_hpu=True)
 def test_no_graph_cuts_in_eager_mode():
     counts = _graph_cuts(PT_HPU_LAZY_MODE="0")
     assert counts["mark_steps"] == [0]

@@ -14,7 +14,7 @@ from pytorch_lightning.plugins import HPUPrecisionPlugin
 def _restore_op_lists():
     """The plugin points Gaudi's autocast at op lists through the environment, for this process and the workers it
     launches; put the variables and the lists back after each test."""
-    import virtual_hpu.autocast
+    import habana_frameworks.torch.core as htcore
 
     saved = {variable: os.environ.pop(variable, None) for variable in ("LOWER_LIST", "FP32_LIST")}
     yield
@@ -22,7 +22,7 @@ def _restore_op_lists():
         os.environ.pop(variable, None)
         if value is not None:
             os.environ[variable] = value
-    virtual_hpu.autocast.set_op_lists_from_env()
+    htcore.hpu_set_env()
 
 
 class DtypeRecordingModel(BoringModel):

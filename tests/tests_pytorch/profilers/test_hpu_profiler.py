@@ -1,6 +1,5 @@
 """HPUProfiler on the (virtual) Gaudi: traces per stage and rank, HPU activity, custom actions, summary and the CLI."""
 
-import importlib.util
 import json
 import os
 import pickle
@@ -22,15 +21,11 @@ from torch.profiler import ProfilerActivity
 import pytorch_lightning as pl
 from pytorch_lightning.cli import LightningCLI
 from pytorch_lightning.profilers import HPUProfiler
+from tests_pytorch.helpers.runif import RunIf
 
 HPU_DEVICE_TYPE = 15  # c10::DeviceType::HPU, as the trace's memory events name the device
 CPU_AND_HPU = {ProfilerActivity.CPU, ProfilerActivity.HPU}
 TRACE_SUFFIX = r"\.\d+\.pt\.trace\.json"
-
-requires_tb_profiler = pytest.mark.skipif(
-    importlib.util.find_spec("torch_tb_profiler") is None,
-    reason="Requires the optional `torch-tb-profiler` package (requirements/profiler.txt)",
-)
 
 
 def _trainer(root: Path, profiler, **kwargs) -> pl.Trainer:
@@ -386,7 +381,7 @@ def test_flame_graph_stacks_without_chrome_trace(tmp_path):
     assert any("training_step" in line for line in lines)
 
 
-@requires_tb_profiler
+@RunIf(tb_profiler=True)
 def test_trace_opens_in_tensorboard(tmp_path):
     from torch_tb_profiler import consts
     from torch_tb_profiler.profiler.data import RunProfileData
