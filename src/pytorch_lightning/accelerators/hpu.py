@@ -92,6 +92,12 @@ class HPUAccelerator(Accelerator):
         return hthpu.get_device_name()
 
     @staticmethod
+    def describe() -> str:
+        """What the HPUs are, for logs and reports: ``"GAUDI2"``, ``"virtual GAUDI2"``; empty when none is present."""
+        name = HPUAccelerator.get_device_name()
+        return f"virtual {name}" if name and HPUAccelerator.is_virtual() else name
+
+    @staticmethod
     def is_virtual() -> bool:
         """Whether the HPUs are the virtual Gaudi (host memory) rather than real hardware."""
         import sys

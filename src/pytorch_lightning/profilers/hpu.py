@@ -281,9 +281,8 @@ class HPUProfiler(PyTorchProfiler):
         stage = f"{self._stage.upper()} " if self._stage is not None else ""
         rank = f", rank {self._local_rank}" if self._local_rank is not None else ""
         if hpu:
-            virtual = "virtual " if HPUAccelerator.is_virtual() else ""
             mode = "lazy" if _is_lazy() else "eager"
-            where = f"HPU ({virtual}{HPUAccelerator.get_device_name()}, {mode} mode) and CPU"
+            where = f"HPU ({HPUAccelerator.describe()}, {mode} mode) and CPU"
         else:
             where = "CPU only"
         return f"{stage}Profiler Report: HPUProfiler{rank}, {where}"

@@ -33,9 +33,7 @@ class Trainer(_UpstreamTrainer):
 
 def _log_hpu_info(trainer: Trainer) -> None:
     available = HPUAccelerator.is_available()
-    kind = (
-        f" ({'virtual ' if HPUAccelerator.is_virtual() else ''}{HPUAccelerator.get_device_name()})" if available else ""
-    )
+    kind = f" ({HPUAccelerator.describe()})" if available else ""
     used = trainer.num_devices if isinstance(trainer.accelerator, HPUAccelerator) else 0
     rank_zero_info(f"HPU available: {available}{kind}, using: {used} HPUs")
 
