@@ -4,8 +4,12 @@ import importlib.util
 import os
 import statistics
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TypeVar
+
+_Case = TypeVar("_Case")
+_Result = TypeVar("_Result")
 
 HERE = Path(__file__).resolve().parent
 SRC = HERE.parent / "src"
@@ -46,3 +50,15 @@ def print_table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> None
     lines = ["| " + " | ".join(cell.ljust(width) for cell, width in zip(row, widths)) + " |" for row in cells]
     lines.insert(1, "|" + "|".join("-" * (width + 2) for width in widths) + "|")
     print("\n".join(lines), flush=True)
+
+
+def interleaved(
+    cases: Sequence[_Case], repeats: int, measure: Callable[[_Case, int], _Result]
+) -> dict[_Case, list[_Result]]:
+    """Measure every case ``repeats`` times, alternating the order each round so that neither side always runs
+    first: drifts of a noisy machine then fall on both sides alike. ``measure`` gets the case and the round."""
+    results: dict = {case: [] for case in cases}
+    for repeat in range(repeats):
+        for case in cases if repeat % 2 == 0 else list(reversed(cases)):
+            results[case].append(measure(case, repeat))
+    return results

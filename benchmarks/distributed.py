@@ -16,7 +16,7 @@ import time
 import warnings
 from argparse import ArgumentParser
 
-from _common import print_table, spread, use_gaudi_or_virtual
+from _common import interleaved, print_table, spread, use_gaudi_or_virtual
 
 use_gaudi_or_virtual()
 
@@ -97,10 +97,7 @@ def main() -> None:
     repeats, steps = (1, WARMUP + 4) if args.fast else (args.repeats, args.steps)
     warnings.filterwarnings("ignore", ".*does not have many workers.*")
 
-    results: dict = {kind: [] for kind in KINDS}
-    for repeat in range(repeats):
-        for kind in KINDS if repeat % 2 == 0 else reversed(KINDS):
-            results[kind].append(fit(kind, steps))
+    results = interleaved(KINDS, repeats, lambda kind, _: fit(kind, steps))
     if int(os.environ.get("LOCAL_RANK", 0)) != 0:
         return  # rank 1 shares rank 0's stdout: only rank 0 reports
 

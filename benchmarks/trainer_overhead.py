@@ -26,7 +26,7 @@ from argparse import ArgumentParser
 from collections.abc import Iterator
 from contextlib import nullcontext
 
-from _common import print_table, spread, use_gaudi_or_virtual
+from _common import interleaved, print_table, spread, use_gaudi_or_virtual
 
 use_gaudi_or_virtual()
 
@@ -165,10 +165,7 @@ def main() -> None:
     repeats, steps = (1, WARMUP + 3) if args.fast else (args.repeats, args.steps)
     warnings.filterwarnings("ignore", ".*does not have many workers.*")
 
-    results: dict = {case: [] for case in CASES}
-    for repeat in range(repeats):
-        for case in CASES if repeat % 2 == 0 else reversed(CASES):
-            results[case].append(run(*case, steps, loop_at_end=repeat % 2 == 1))
+    results = interleaved(CASES, repeats, lambda case, repeat: run(*case, steps, loop_at_end=repeat % 2 == 1))
 
     rows, ratios = [], {}
     for (device, precision), runs in results.items():
