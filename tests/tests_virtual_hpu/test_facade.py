@@ -66,6 +66,19 @@ def test_core_helpers():
     _mark_step_if_lazy()
 
 
+def test_core_exposes_step_closure(python):
+    # DeepSpeed's FusedAdam reaches it as an attribute of ``core``, as the real ``core/__init__`` imports it
+    result = python(
+        """
+        import virtual_hpu
+        virtual_hpu.activate()
+        import habana_frameworks.torch.core as htcore
+        htcore.step_closure._mark_step_if_lazy()
+        """
+    )
+    assert result.returncode == 0, result.stderr
+
+
 def test_checkpointing_uses_the_device_module():
     layer = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Dropout(0.5)).to("hpu")
     x = torch.randn(2, 4, device="hpu", requires_grad=True)

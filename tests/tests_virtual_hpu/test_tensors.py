@@ -135,14 +135,52 @@ def test_autograd_matches_cpu():
     assert torch.equal(hx.grad.cpu(), x.grad)
 
 
-@pytest.mark.parametrize("dtype", [torch.float64, torch.complex64, torch.complex128])
-def test_fp64_and_complex_are_refused(dtype):
-    with pytest.raises(TypeError, match=f"Gaudi does not support {dtype} tensors on hpu .* use torch.float32"):
+@pytest.mark.parametrize("dtype", [torch.complex64, torch.complex128])
+def test_complex_is_refused(dtype):
+    with pytest.raises(TypeError, match=f"Gaudi does not support {dtype} tensors on hpu .* on the CPU"):
         torch.zeros(2, dtype=dtype, device="hpu")
     with pytest.raises(TypeError, match="Gaudi does not support"):
         torch.ones(2, dtype=dtype).to("hpu")
     with pytest.raises(TypeError, match="Gaudi does not support"):
         torch.ones(2, device="hpu").to(dtype)
+
+
+def test_float64_is_held_but_computed_in_float32():
+    """Like the real bridge: float64 tensors exist on hpu, their values have float32 precision."""
+    x = torch.tensor([1 / 3, 1 + 1e-10, 2.0**-140], dtype=torch.float64)
+    as_float32 = x.float().double()
+    assert not torch.equal(as_float32, x)
+    moved = x.to("hpu")
+    assert moved.dtype == torch.float64
+    assert torch.equal(moved.cpu(), as_float32)
+    # results of ops, in-place ops and casts on the device are rounded too
+    assert torch.equal((moved / 7).cpu(), (as_float32 / 7).float().double())
+    accumulated = torch.zeros(3, dtype=torch.float64, device="hpu").add_(moved / 7)
+    assert torch.equal(accumulated.cpu(), (as_float32 / 7).float().double())
+    cast = torch.tensor([1 / 3], device="hpu").double() * (1 / 3)
+    assert torch.equal(cast.cpu(), (torch.tensor([1 / 3]).double() * (1 / 3)).float().double())
+
+
+def test_float64_warns_once_per_process(python):
+    result = python(
+        """
+        import warnings, torch, virtual_hpu
+        virtual_hpu.activate()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for _ in range(3):
+                torch.ones(2, dtype=torch.float64).to("hpu") * 2
+        print(sum("computes torch.float64 tensors on hpu in torch.float32" in str(w.message) for w in caught))
+        """
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().splitlines()[-1] == "1"
+
+
+def test_record_stream_is_accepted():
+    tensor = torch.ones(3, device="hpu")
+    tensor.record_stream(torch.hpu.current_stream())
+    assert torch.equal(tensor.cpu(), torch.ones(3))
 
 
 def test_printing_works_without_fp64():

@@ -105,8 +105,15 @@ void hpuFallback(const c10::OperatorHandle& op, c10::DispatchKeySet /*keys*/, to
 
   op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
 
-  for (const auto& [hpu, cpu] : mutated) CpuAliases::writeBack(hpu, cpu);
-  auto toHpu = [&](const at::Tensor& t) { return aliases.toHpu(t, device); };
+  for (const auto& [hpu, cpu] : mutated) {
+    roundToFloat(cpu);
+    CpuAliases::writeBack(hpu, cpu);
+  }
+  auto toHpu = [&](const at::Tensor& t) {
+    at::Tensor hpu = aliases.toHpu(t, device);
+    if (hpu.defined() && hpu.is_hpu()) roundToFloat(t);
+    return hpu;
+  };
   for (size_t i = stack->size() - op.schema().returns().size(); i < stack->size(); ++i) {
     (*stack)[i] = mapTensors((*stack)[i], toHpu);
   }

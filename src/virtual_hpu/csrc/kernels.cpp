@@ -43,6 +43,7 @@ at::Tensor copyFrom(const at::Tensor& self, const at::Tensor& dst, bool /*non_bl
   at::Tensor source = self.is_hpu() ? aliases.toCpu(self) : self;
   at::Tensor target = dst.is_hpu() ? aliases.toCpu(dst) : dst;
   target.copy_(source);
+  if (dst.is_hpu()) roundToFloat(target);
   return dst;
 }
 
@@ -78,6 +79,9 @@ at::Tensor& setEmpty(at::Tensor& self) {
   return setStorage(self, std::move(storage), 0, {0}, {});
 }
 
+// Host memory is written synchronously: no stream can still be using a tensor's memory when it is freed.
+void recordStream(at::Tensor& /*self*/, c10::Stream /*stream*/) {}
+
 TORCH_LIBRARY_IMPL(aten, HPU, m) {
   m.impl("empty.memory_format", &empty);
   m.impl("empty_strided", &emptyStrided);
@@ -92,6 +96,7 @@ TORCH_LIBRARY_IMPL(aten, HPU, m) {
   m.impl("set_.source_Storage_storage_offset", &setStorage);
   m.impl("set_.source_Tensor", &setTensor);
   m.impl("set_", &setEmpty);
+  m.impl("record_stream", &recordStream);
   // Without these, convolution would look for convolution_overrideable, which has no CPU kernel.
   m.impl("convolution", torch::CppFunction::makeFromBoxedFunction<&hpuFallback>());
   m.impl("convolution_backward", torch::CppFunction::makeFromBoxedFunction<&hpuFallback>());
@@ -102,13 +107,21 @@ TORCH_LIBRARY_IMPL(_, HPU, m) { m.fallback(torch::CppFunction::makeFromBoxedFunc
 }  // namespace
 
 void checkDtype(c10::ScalarType dtype) {
-  const char* name = dtype == c10::ScalarType::Double          ? "torch.float64"
-                     : dtype == c10::ScalarType::ComplexFloat  ? "torch.complex64"
+  const char* name = dtype == c10::ScalarType::ComplexFloat    ? "torch.complex64"
                      : dtype == c10::ScalarType::ComplexDouble ? "torch.complex128"
                                                                : nullptr;
   TORCH_CHECK_TYPE(name == nullptr, "Gaudi does not support ", name,
-                   " tensors on hpu (no fp64 or complex support); use torch.float32 instead, "
-                   "or keep this tensor on the CPU");
+                   " tensors on hpu (no complex support); keep this tensor on the CPU");
+  if (dtype == c10::ScalarType::Double) {
+    TORCH_WARN_ONCE("Gaudi computes torch.float64 tensors on hpu in torch.float32: their values have float32 "
+                    "precision. Keep data that needs float64 on the CPU.");
+  }
+}
+
+void roundToFloat(const at::Tensor& cpu) {
+  if (cpu.defined() && cpu.scalar_type() == c10::ScalarType::Double && cpu.numel() > 0) {
+    cpu.copy_(cpu.to(c10::ScalarType::Float));
+  }
 }
 
 }  // namespace virtual_hpu

@@ -27,8 +27,11 @@ void recordAlloc(c10::DeviceIndex index, size_t nbytes, void* ptr);
 void recordFree(c10::DeviceIndex index, size_t nbytes, void* ptr);
 
 // ---- kernels.cpp ----
-// Gaudi has no fp64 (nor complex) support: refuse such HPU tensors.
+// Gaudi has no complex support: refuse such HPU tensors. It holds float64 tensors but computes them in float32:
+// warn once.
 void checkDtype(c10::ScalarType dtype);
+// Rounds a float64 CPU view of HPU memory to float32 precision, as Gaudi stores float64 values.
+void roundToFloat(const at::Tensor& cpu);
 
 // ---- aliasing.cpp: HPU tensors seen as CPU tensors on the same memory ----
 class CpuAliases {

@@ -3,8 +3,10 @@
 import pytest
 import torch
 from lightning.pytorch.accelerators import AcceleratorRegistry
+from lightning.pytorch.demos.boring_classes import BoringModel
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
+from pytorch_lightning import Trainer
 from pytorch_lightning.accelerators import HPUAccelerator
 from tests_pytorch.helpers.gaudi import GAUDI_MEMORY_KEYS
 
@@ -54,3 +56,28 @@ def test_device_stats_are_gaudi_memory_stats():
     assert during["InUse"] >= before["InUse"] + block.numel() * block.element_size()
     assert during["NumAllocs"] > before["NumAllocs"]
     assert during["Limit"] > 0
+
+
+class _Float64Model(BoringModel):
+    def __init__(self) -> None:
+        super().__init__()
+        self.double()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.layer(x.double())
+
+
+def test_float64_model_trains_with_float32_precision():
+    """A float64 model trains on HPU as on the real bridge: float64 tensors, float32 arithmetic."""
+    torch.manual_seed(0)
+    model = _Float64Model()
+    reference = _Float64Model()
+    reference.load_state_dict(model.state_dict())
+    flags = {"max_steps": 3, "logger": False, "enable_checkpointing": False, "enable_progress_bar": False}
+    for accelerator, trained in (("hpu", model), ("cpu", reference)):
+        torch.manual_seed(1)  # the same random data
+        Trainer(accelerator=accelerator, devices=1, **flags).fit(trained)
+    assert model.layer.weight.dtype == torch.float64
+    difference = (model.layer.weight.detach().cpu() - reference.layer.weight.detach()).abs().max().item()
+    # float32 rounding, not float64's, yet the same training
+    assert 0 < difference < 1e-5

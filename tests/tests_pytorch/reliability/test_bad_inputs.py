@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Union
 
 import pytest
-from lightning.pytorch.demos.boring_classes import BoringModel
 from lightning.pytorch.plugins.precision import DoublePrecision, MixedPrecision
 from lightning.pytorch.strategies import DDPStrategy
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
@@ -83,10 +82,6 @@ def _activate(_: Path) -> None:
 
     # what ``import pytorch_lightning`` does: the knobs are read and checked before anything else starts
     virtual_hpu.activate_from_env()
-
-
-def _fit_float64(_: Path) -> None:
-    _trainer(accelerator="hpu", devices=1, max_steps=1).fit(BoringModel().double())
 
 
 _MISCONF, _GAUDI1 = MisconfigurationException, {"VIRTUAL_HPU": "1", "VIRTUAL_HPU_GENERATION": "GAUDI"}
@@ -337,13 +332,6 @@ ROWS = [
         ("got '2'", "must be 0 (eager) or 1 (lazy)"),
         _activate,
         env={"VIRTUAL_HPU": "1", "PT_HPU_LAZY_MODE": "2"},
-    ),
-    # fails at fit, before the first step
-    BadInput(
-        "Trainer(accelerator='hpu').fit(model.double())",
-        TypeError,
-        ("torch.float64", "use torch.float32 instead"),
-        _fit_float64,
     ),
 ]
 

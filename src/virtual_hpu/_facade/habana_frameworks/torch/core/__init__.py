@@ -33,3 +33,7 @@ def hpu_set_env() -> None:
 
 def hpu_initialize(model: Any = None, mark_only_scales_as_const: bool = True, **kwargs: Any) -> None:
     """Prepare a (quantized) model for inference on Gaudi; on the virtual device there is nothing to prepare."""
+
+
+# the real ``core`` imports it, so ``htcore.step_closure._mark_step_if_lazy`` works after ``import ...core``
+from habana_frameworks.torch.core import step_closure  # noqa: E402, F401
