@@ -34,10 +34,11 @@ def test_flags(args, strategy, devices):
     assert type(trainer.strategy) is strategy and trainer.num_devices == devices
 
 
-def test_precision_string():
-    trainer = _cli("--trainer.accelerator=hpu", "--trainer.devices=1", "--trainer.precision=bf16-mixed").trainer
+@pytest.mark.parametrize("precision", ["bf16-mixed", "bf16-true"])
+def test_precision_string(precision):
+    trainer = _cli("--trainer.accelerator=hpu", "--trainer.devices=1", f"--trainer.precision={precision}").trainer
     assert isinstance(trainer.precision_plugin, HPUPrecisionPlugin)
-    assert trainer.precision_plugin.precision == "bf16-mixed"
+    assert trainer.precision_plugin.precision == precision
 
 
 def test_class_paths():

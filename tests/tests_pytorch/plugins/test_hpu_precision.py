@@ -33,6 +33,8 @@ class DtypeRecordingModel(BoringModel):
         self.dtypes = {}
 
     def training_step(self, batch, batch_idx):
+        self.dtypes["input"], self.dtypes["weight"] = batch.dtype, self.layer.weight.dtype
+        self.dtypes["created"] = torch.zeros(1, device=batch.device).dtype
         output = self.layer(batch)
         self.dtypes["linear"] = output.dtype
         self.dtypes["softmax"] = torch.softmax(output, dim=-1).dtype
@@ -69,6 +71,26 @@ def test_mixed_precision_autocasts_in_training_step(precision, dtype):
 
 def test_true_precision_does_not_autocast():
     assert _fit("32-true").dtypes["linear"] == torch.float32
+
+
+@pytest.mark.parametrize(("precision", "dtype"), [("bf16-true", torch.bfloat16), ("16-true", torch.float16)])
+@pytest.mark.parametrize("by_plugin", [False, True], ids=["flag", "plugin"])
+def test_half_precision_puts_weights_and_inputs_in_that_dtype(precision, dtype, by_plugin):
+    model = _fit(plugins=[HPUPrecisionPlugin(precision)]) if by_plugin else _fit(precision)
+    dtypes = model.dtypes
+    assert dtypes["weight"] == dtypes["input"] == dtypes["created"] == dtypes["linear"] == dtype
+    # without autocast, switching autocast off changes nothing
+    assert dtypes["linear_autocast_off"] == dtype
+    assert {p.dtype for p in model.parameters()} == {dtype}
+    # the default dtype is only changed inside the step
+    assert torch.get_default_dtype() == torch.float32
+
+
+def test_half_precision_init_module():
+    trainer = pl.Trainer(accelerator="hpu", devices=1, precision="bf16-true", logger=False)
+    with trainer.init_module():
+        model = BoringModel()
+    assert model.layer.weight.dtype == torch.bfloat16
 
 
 def _op_list(tmp_path, name, ops):
@@ -112,7 +134,7 @@ def test_hmp_params_op_lists(tmp_path):
     ("kwargs", "error", "match"),
     [
         ({"precision": "64-true"}, ValueError, "Gaudi has no float64"),
-        ({"precision": "bf16-true"}, ValueError, "not supported on HPU"),
+        ({"precision": "transformer-engine"}, ValueError, "not supported on HPU"),
         ({"precision": "bf16-mixed", "opt_level": "O2"}, ValueError, "Use `opt_level='O1'`"),
         ({"precision": "bf16-mixed", "hmp_params": {"levle": "O1"}}, ValueError, r"unknown keys \['levle'\]"),
         ({"precision": "bf16-mixed", "bf16_file_path": "/no/such/ops.txt"}, FileNotFoundError, "does not exist"),

@@ -98,6 +98,8 @@ def test_cpu_stays_cpu():
         ("16-mixed", "16-mixed"),
         ("bf16", "bf16-mixed"),
         ("bf16-mixed", "bf16-mixed"),
+        ("bf16-true", "bf16-true"),
+        ("16-true", "16-true"),
     ],
 )
 def test_precision_flags(precision, expected):
@@ -125,7 +127,7 @@ def test_user_checkpoint_io_is_respected():
         ({"accelerator": "cpu", "strategy": "hpu_parallel"}, "runs on HPUs but `accelerator='cpu'`"),
         ({"accelerator": "hpu", "strategy": "hpu_single", "devices": 2}, "trains on one HPU"),
         ({"accelerator": "hpu", "precision": "64-true"}, "not supported on HPU"),
-        ({"accelerator": "hpu", "precision": "bf16-true"}, "not supported on HPU"),
+        ({"accelerator": "hpu", "precision": "transformer-engine"}, "not supported on HPU"),
         ({"accelerator": "hpu", "precision": "fp8-magic"}, "not supported on HPU"),
         ({"accelerator": "hpu", "devices": 99}, "only 8 are available"),
         ({"accelerator": "hpu", "devices": [0, 1]}, "selected by count"),
@@ -177,8 +179,10 @@ def test_hpu_without_any_gaudi_fails_clearly():
     assert result.stdout.strip().endswith("CPUAccelerator"), result.stderr
 
 
-def test_fp16_refused_on_first_generation_gaudi():
-    code = "import pytorch_lightning as pl; pl.Trainer(accelerator='hpu', devices=1, precision=16)"
+@pytest.mark.parametrize(("precision", "instead"), [(16, "bf16-mixed"), ("16-true", "bf16-true")])
+def test_fp16_refused_on_first_generation_gaudi(precision, instead):
+    code = f"import pytorch_lightning as pl; pl.Trainer(accelerator='hpu', devices=1, precision={precision!r})"
     result = _run(code, VIRTUAL_HPU="1", VIRTUAL_HPU_GENERATION="GAUDI")
     assert result.returncode != 0 and "needs Gaudi2 or newer" in result.stderr
+    assert f"Use `precision={instead!r}`" in result.stderr
     assert _run(code, VIRTUAL_HPU="1", VIRTUAL_HPU_GENERATION="GAUDI2").returncode == 0

@@ -1,4 +1,5 @@
-"""Precision for Intel Gaudi: fp32, or mixed precision through ``torch.autocast("hpu")`` with Gaudi's op lists."""
+"""Precision for Intel Gaudi: fp32, mixed precision through ``torch.autocast("hpu")`` with Gaudi's op lists, or
+weights and inputs in bf16/fp16."""
 
 import os
 from contextlib import AbstractContextManager, nullcontext
@@ -7,12 +8,17 @@ from typing import Any, Optional, Union
 
 import torch
 from lightning.fabric.connector import _convert_precision_to_unified_args
+from lightning.pytorch.plugins.precision.half import HalfPrecision
 from lightning.pytorch.plugins.precision.precision import Precision
 from lightning.pytorch.utilities.rank_zero import rank_zero_info
+from torch.nn import Module
 from typing_extensions import override
 
-_SUPPORTED = ("32-true", "bf16-mixed", "16-mixed")
+_SUPPORTED = ("32-true", "bf16-mixed", "16-mixed", "bf16-true", "16-true")
 _AUTOCAST_DTYPES = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}
+_HALF = ("bf16-true", "16-true")
+# first-generation Gaudi has no fp16
+_NEEDS_GAUDI2 = {"16-mixed": "bf16-mixed", "16-true": "bf16-true"}
 # the keys of the ``hmp_params`` dict of earlier Lightning releases, and the arguments they stand for
 _HMP_PARAMS = {"level": "opt_level", "verbose": "verbose", "bf16_ops": "bf16_file_path", "fp32_ops": "fp32_file_path"}
 # Gaudi's autocast reads its lower-precision and fp32 op lists from the files these variables name
@@ -20,13 +26,16 @@ _OP_LIST_VARIABLES = {"bf16_file_path": "LOWER_LIST", "fp32_file_path": "FP32_LI
 
 
 class HPUPrecisionPlugin(Precision):
-    """Mixed precision on HPUs with Gaudi's autocast, or plain fp32.
+    """Mixed precision on HPUs with Gaudi's autocast, plain fp32, or weights and inputs in bf16/fp16.
 
-    ``Trainer(accelerator="hpu", precision="bf16-mixed")`` (or ``16``, ``"16-mixed"``, ``"bf16"``) creates it; pass it
-    in ``plugins`` to choose which ops run in lower precision and which stay in fp32.
+    ``Trainer(accelerator="hpu", precision="bf16-mixed")`` (or ``16``, ``"16-mixed"``, ``"bf16"``, ``"bf16-true"``,
+    ``"16-true"``) creates it; pass it in ``plugins`` to choose which ops run in lower precision and which stay in fp32.
+    The ``-true`` precisions mean what they mean on every other device: the module's parameters, the floating-point
+    inputs and the tensors created in ``forward`` are in that type, without autocast.
 
     Args:
-        precision: ``"32-true"``, ``"bf16-mixed"`` or ``"16-mixed"`` (Gaudi2 and newer), or a legacy form.
+        precision: ``"32-true"``, ``"bf16-mixed"``, ``"16-mixed"`` (Gaudi2 and newer), ``"bf16-true"``, ``"16-true"``
+            (Gaudi2 and newer), or a legacy form.
         opt_level: ``"O1"``: ops in the lower-precision list run in bf16/fp16, ops in the fp32 list in fp32, all
             others in the type of their inputs.
         bf16_file_path: a text file with one op name per line to run in lower precision (Gaudi's ``LOWER_LIST``).
@@ -45,6 +54,8 @@ class HPUPrecisionPlugin(Precision):
         hmp_params: Optional[dict[str, Any]] = None,
     ) -> None:
         self.precision = _validate_precision(precision)
+        # upstream's own plugin for the ``-true`` half precisions, so that they mean exactly what they mean elsewhere
+        self._half = HalfPrecision(self.precision) if self.precision in _HALF else None
         settings = {
             "opt_level": opt_level,
             "verbose": verbose,
@@ -76,7 +87,25 @@ class HPUPrecisionPlugin(Precision):
 
     @override
     def forward_context(self) -> AbstractContextManager:
+        if self._half is not None:
+            return self._half.forward_context()
         return self.autocast_context_manager()
+
+    @override
+    def convert_module(self, module: Module) -> Module:
+        return module if self._half is None else self._half.convert_module(module)
+
+    @override
+    def tensor_init_context(self) -> AbstractContextManager:
+        return super().tensor_init_context() if self._half is None else self._half.tensor_init_context()
+
+    @override
+    def module_init_context(self) -> AbstractContextManager:
+        return super().module_init_context() if self._half is None else self._half.module_init_context()
+
+    @override
+    def convert_input(self, data: Any) -> Any:
+        return data if self._half is None else self._half.convert_input(data)
 
 
 def _validate_precision(precision: Union[str, int]) -> str:
@@ -90,13 +119,13 @@ def _validate_precision(precision: Union[str, int]) -> str:
             f"`precision={precision!r}` is not supported on HPU.{reason} Choose one of"
             f" {', '.join(map(repr, _SUPPORTED))} (or the legacy forms 32, 16, '16', 'bf16')."
         )
-    if unified == "16-mixed":
+    if unified in _NEEDS_GAUDI2:
         import habana_frameworks.torch.hpu as hthpu
 
         if hthpu.get_device_name() == "GAUDI":
             raise ValueError(
-                "`precision='16-mixed'` needs Gaudi2 or newer: first-generation Gaudi has no fp16."
-                " Use `precision='bf16-mixed'` instead."
+                f"`precision={unified!r}` needs Gaudi2 or newer: first-generation Gaudi has no fp16."
+                f" Use `precision={_NEEDS_GAUDI2[unified]!r}` instead."
             )
     return unified
 
