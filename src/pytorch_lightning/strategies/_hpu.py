@@ -1,7 +1,10 @@
-"""What every HPU strategy does on top of its upstream base: Gaudi checkpoint I/O and lazy-mode graph cuts."""
+"""What every HPU strategy does on top of its upstream base: Gaudi checkpoint I/O, lazy-mode graph cuts, and (for
+the strategies that start one process per HPU) indexed parallel devices."""
 
-from typing import Any, Callable, Optional
+from collections.abc import Sequence
+from typing import Any, Callable, Optional, Union
 
+import torch
 from lightning.fabric.plugins import CheckpointIO
 from torch import Tensor
 from torch.optim import Optimizer
@@ -68,3 +71,42 @@ class _HPUStrategyMixin:
 
     def predict_step(self, *args: Any, **kwargs: Any) -> Any:
         return self._evaluation_step(super().predict_step, *args, **kwargs)  # type: ignore[misc]
+
+
+class _HPUParallelDevicesMixin:
+    """Mixed into each HPU strategy that runs one process per HPU, before its upstream base class.
+
+    ``parallel_devices=[torch.device("hpu")] * n`` is the documented way to ask for ``n`` HPUs: a device without an
+    index stands for the one at its position, the device of the process with that local rank. Indexed here, because
+    the process group and DDP need the index of the device they run on.
+    """
+
+    _parallel_devices: Optional[list[torch.device]]
+
+    @property
+    def parallel_devices(self) -> Optional[list[torch.device]]:
+        return self._parallel_devices
+
+    @parallel_devices.setter
+    def parallel_devices(self, devices: Optional[Sequence[Union[torch.device, str, int]]]) -> None:
+        self._parallel_devices = None if devices is None else _indexed_hpu_devices(devices, type(self).__name__)
+
+
+def _indexed_hpu_devices(devices: Sequence[Union[torch.device, str, int]], owner: str) -> list[torch.device]:
+    """``devices`` as HPU devices with indices: a device without one is the HPU at its position in the list."""
+    indexed = [torch.device("hpu", device) if isinstance(device, int) else torch.device(device) for device in devices]
+    others = [str(device) for device in indexed if device.type != "hpu"]
+    if others:
+        raise ValueError(
+            f"`{owner}(parallel_devices=[{', '.join(map(repr, map(str, indexed)))}])` has non-HPU devices {others}."
+            " Pass HPU devices, e.g. `[torch.device('hpu')] * 2` or `[torch.device('hpu', i) for i in range(2)]`."
+        )
+    indexed = [
+        torch.device("hpu", position) if device.index is None else device for position, device in enumerate(indexed)
+    ]
+    if len(set(indexed)) != len(indexed):
+        raise ValueError(
+            f"`{owner}(parallel_devices=[{', '.join(repr(str(device)) for device in indexed)}])` names an HPU more than"
+            " once; each process needs its own. Pass distinct indices, or devices without an index."
+        )
+    return indexed

@@ -12,14 +12,14 @@ from torch import Tensor
 from torch.distributed import ReduceOp
 from typing_extensions import override
 
-from pytorch_lightning.strategies._hpu import _HPUStrategyMixin
+from pytorch_lightning.strategies._hpu import _HPUParallelDevicesMixin, _HPUStrategyMixin
 
 # HCCL reduces with these; a mean is a sum divided by the world size
 _HCCL_REDUCE_OPS = {"sum": ReduceOp.SUM, "min": ReduceOp.MIN, "max": ReduceOp.MAX}
 _MEAN_OPS = ("mean", "avg")
 
 
-class HPUParallelStrategy(_HPUStrategyMixin, DDPStrategy):
+class HPUParallelStrategy(_HPUStrategyMixin, _HPUParallelDevicesMixin, DDPStrategy):
     """DistributedDataParallel over HCCL, one process per HPU.
 
     ``Trainer(accelerator="hpu", devices=N)`` with ``N > 1`` or ``num_nodes > 1`` picks it; by name it is

@@ -162,3 +162,34 @@ def test_reductions_emulate_what_hccl_lacks(tmp_path, monkeypatch):
     assert results["mean"].item() == 3.0 and results["mean"].device.type == "hpu"
     assert results["sum_long"].dtype == torch.int64 and results["sum_long"].item() == 5
     assert results["max"].item() == 2.0
+
+
+def test_parallel_devices_without_index_mean_one_per_process(monkeypatch):
+    # lightning-habana's documented idiom: `parallel_devices=[torch.device("hpu")] * n`
+    assert HPUParallelStrategy(parallel_devices=[torch.device("hpu")] * 3).parallel_devices == [
+        torch.device("hpu", index) for index in range(3)
+    ]
+    assert HPUParallelStrategy(parallel_devices=["hpu:1", "hpu:0"]).parallel_devices == [
+        torch.device("hpu", 1),
+        torch.device("hpu", 0),
+    ]
+    with pytest.raises(ValueError, match="non-HPU devices"):
+        HPUParallelStrategy(parallel_devices=[torch.device("cpu")] * 2)
+    with pytest.raises(ValueError, match="more than once"):
+        HPUParallelStrategy(parallel_devices=["hpu", "hpu:0"])
+
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", str(_free_port()))
+    trainer = pl.Trainer(
+        accelerator="hpu",
+        devices=1,
+        strategy=HPUParallelStrategy(parallel_devices=[torch.device("hpu")]),
+        max_steps=1,
+        limit_val_batches=0,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+    )
+    trainer.fit(BoringModel())
+    assert trainer.global_step == 1
+    assert trainer.strategy.root_device == torch.device("hpu", 0)
