@@ -4,10 +4,10 @@ import lightning.pytorch.strategies as _upstream
 from lightning.pytorch.strategies import StrategyRegistry
 
 from pytorch_lightning import _aliasing
-from pytorch_lightning.strategies.hpu_parallel import HPUParallelStrategy
+from pytorch_lightning.strategies.hpu_parallel import HPUDDPStrategy, HPUParallelStrategy
 from pytorch_lightning.strategies.single_hpu import SingleHPUStrategy
 
-__all__ = ["HPUParallelStrategy", "SingleHPUStrategy"]
+__all__ = ["HPUDDPStrategy", "HPUParallelStrategy", "SingleHPUStrategy"]
 
 for _strategy in (SingleHPUStrategy, HPUParallelStrategy):
     if _strategy.strategy_name not in StrategyRegistry:

@@ -23,7 +23,8 @@ class HPUParallelStrategy(_HPUStrategyMixin, _HPUParallelDevicesMixin, DDPStrate
     """DistributedDataParallel over HCCL, one process per HPU.
 
     ``Trainer(accelerator="hpu", devices=N)`` with ``N > 1`` or ``num_nodes > 1`` picks it; by name it is
-    ``strategy="hpu_parallel"`` (processes started as a subprocess of the script) or ``"hpu_parallel_spawn"``.
+    ``strategy="hpu_parallel"`` (processes started as a subprocess of the script) or ``"hpu_parallel_spawn"``; also
+    ``"hpu_ddp"`` and ``HPUDDPStrategy``, lightning-habana's names for it.
     Gradients are synchronised by DDP; its options (``find_unused_parameters``, ``static_graph``,
     ``bucket_cap_mb``, ``gradient_as_bucket_view``, ``ddp_comm_hook``, ...) pass through as for ``DDPStrategy``.
     """
@@ -98,10 +99,16 @@ class HPUParallelStrategy(_HPUStrategyMixin, _HPUParallelDevicesMixin, DDPStrate
     @classmethod
     @override
     def register_strategies(cls, strategy_registry: _StrategyRegistry) -> None:
-        for name, start_method in ((cls.strategy_name, "popen"), (f"{cls.strategy_name}_spawn", "spawn")):
+        # "hpu_ddp" is the name lightning-habana users know
+        names = ((cls.strategy_name, "popen"), (f"{cls.strategy_name}_spawn", "spawn"), ("hpu_ddp", "popen"))
+        for name, start_method in names:
             strategy_registry.register(
                 name,
                 cls,
                 description=f"DDP over HCCL on HPUs, processes started with '{start_method}'",
                 start_method=start_method,
             )
+
+
+# lightning-habana's name for the class
+HPUDDPStrategy = HPUParallelStrategy

@@ -119,31 +119,31 @@ ROWS = [
     BadInput(
         "accelerator='hpu', strategy='hpu_paralel'",
         _MISCONF,
-        ("'hpu_paralel'", "Choose one of hpu_parallel"),
+        ("'hpu_paralel'", "Choose one of hpu_ddp,"),
         _hpu(strategy="hpu_paralel"),
     ),
     BadInput(
         "accelerator='hpu', strategy='ddp'",
         _MISCONF,
-        ("strategy='ddp'", "Choose one of hpu_parallel"),
+        ("strategy='ddp'", "Choose one of hpu_ddp,"),
         _hpu(strategy="ddp", devices=2),
     ),
     BadInput(
         "accelerator='hpu', strategy='fsdp'",
         _MISCONF,
-        ("strategy='fsdp'", "Choose one of hpu_parallel"),
+        ("strategy='fsdp'", "Choose one of hpu_ddp,"),
         _hpu(strategy="fsdp"),
     ),
     BadInput(
         "accelerator='hpu', strategy='xla'",
         _MISCONF,
-        ("strategy='xla'", "Choose one of hpu_parallel"),
+        ("strategy='xla'", "Choose one of hpu_ddp,"),
         _hpu(strategy="xla"),
     ),
     BadInput(
         "accelerator='hpu', strategy=DDPStrategy()",
         _MISCONF,
-        ("DDPStrategy()", "Choose one of hpu_parallel"),
+        ("DDPStrategy()", "Choose one of hpu_ddp,"),
         lambda _: _trainer(accelerator="hpu", strategy=DDPStrategy()),
     ),
     BadInput(

@@ -50,6 +50,7 @@ def test_auto_is_every_device_in_parallel():
         ("hpu_parallel", 2, HPUParallelStrategy),
         ("hpu_parallel", 1, HPUParallelStrategy),
         ("hpu_parallel_spawn", 2, HPUParallelStrategy),
+        ("hpu_ddp", 2, HPUParallelStrategy),
     ],
 )
 def test_strategy_choice(strategy, devices, expected):
@@ -61,6 +62,16 @@ def test_strategy_choice(strategy, devices, expected):
 def test_strategy_names_choose_launcher():
     assert _trainer(accelerator="hpu", strategy="hpu_parallel", devices=2).strategy._start_method == "popen"
     assert _trainer(accelerator="hpu", strategy="hpu_parallel_spawn", devices=2).strategy._start_method == "spawn"
+    assert _trainer(accelerator="hpu", strategy="hpu_ddp", devices=2).strategy._start_method == "popen"
+
+
+def test_lightning_habana_ddp_names():
+    from pytorch_lightning.strategies import HPUDDPStrategy
+
+    trainer = _trainer(accelerator="hpu", strategy=HPUDDPStrategy(), devices=2)
+    assert type(trainer.strategy) is HPUParallelStrategy
+    assert trainer.strategy.process_group_backend == "hccl"
+    assert "hpu_ddp" in pl.strategies.StrategyRegistry.available_strategies()
 
 
 def test_strategy_instances_and_hpu_strategy_implies_hpu():
@@ -123,7 +134,7 @@ def test_user_checkpoint_io_is_respected():
     [
         ({"accelerator": "hpu", "strategy": "ddp", "devices": 2}, "HPUs train with an HPU strategy"),
         ({"accelerator": "hpu", "strategy": DDPStrategy()}, "HPUs train with an HPU strategy"),
-        ({"accelerator": "hpu", "strategy": "hpu_nonexistent"}, "Choose one of hpu_parallel"),
+        ({"accelerator": "hpu", "strategy": "hpu_nonexistent"}, "Choose one of .*hpu_parallel"),
         ({"accelerator": "cpu", "strategy": "hpu_parallel"}, "runs on HPUs but `accelerator='cpu'`"),
         ({"accelerator": "hpu", "strategy": "hpu_single", "devices": 2}, "trains on one HPU"),
         ({"accelerator": "hpu", "precision": "64-true"}, "not supported on HPU"),
