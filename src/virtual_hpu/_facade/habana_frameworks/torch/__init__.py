@@ -4,7 +4,7 @@ import torch
 import torch._tensor_str
 
 from habana_frameworks.torch import core, hpu, utils  # noqa: F401
-from virtual_hpu import _fused_ops  # noqa: F401  (torch.ops.hpu.*)
+from virtual_hpu import _fp8_ops, _fused_ops  # noqa: F401  (torch.ops.hpu.*)
 
 torch._register_device_module("hpu", hpu)
 

@@ -29,3 +29,17 @@ def _is_fp8_supported() -> bool:
     import virtual_hpu
 
     return virtual_hpu.config().fp8_supported
+
+
+# Intel Neural Compressor tells the bridge how its fp8 graphs are scaled; the virtual device only keeps the settings.
+_quantization_settings: dict = {"dynamic": False, "scale_attributes": None}
+
+
+def _set_is_dynamic_quantization(is_dynamic: bool) -> None:
+    """Whether the quantized model computes its scales at run time."""
+    _quantization_settings["dynamic"] = bool(is_dynamic)
+
+
+def _set_scale_attributes(*attributes: object) -> None:
+    """How the scales of the quantized model are represented (hardware-aligned, and the scale range)."""
+    _quantization_settings["scale_attributes"] = attributes

@@ -1,0 +1,1 @@
+"""``habana_frameworks.torch.hpex.experimental``."""
