@@ -41,6 +41,20 @@ def _int_in_range(value: object, variable: str, low: int, high: int) -> int:
     return number
 
 
+def _visible(devices: int, modules: str) -> int:
+    """How many of the node's ``devices`` this process sees: as on Gaudi, ``HABANA_VISIBLE_MODULES`` (module ids
+    separated by commas, e.g. ``"0,1"``) limits them, for several jobs sharing a node."""
+    if not modules.strip():
+        return devices
+    ids = [module.strip() for module in modules.split(",")]
+    if any(not module.isdigit() or int(module) >= devices for module in ids) or len(set(ids)) != len(ids):
+        raise ValueError(
+            f"HABANA_VISIBLE_MODULES must list distinct module ids from 0 to {devices - 1} separated by commas"
+            f" (e.g. '0,1'), got {modules!r}"
+        )
+    return len(ids)
+
+
 def resolve(devices: Optional[int] = None, generation: Optional[str] = None, memory_mb: Optional[int] = None) -> Config:
     """Combine explicit arguments (first) with ``VIRTUAL_HPU_*`` variables and defaults; raise ``ValueError``."""
     env = os.environ
@@ -50,6 +64,7 @@ def resolve(devices: Optional[int] = None, generation: Optional[str] = None, mem
         1,
         MAX_DEVICES,
     )
+    devices = _visible(devices, env.get("HABANA_VISIBLE_MODULES", ""))
     raw_generation = generation if generation is not None else env.get("VIRTUAL_HPU_GENERATION", DEFAULT_GENERATION)
     generation = str(raw_generation).strip().upper()
     if generation not in GENERATION_MEMORY_MB:

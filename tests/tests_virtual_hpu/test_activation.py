@@ -87,6 +87,9 @@ def test_cannot_change_an_active_device():
         ({"VIRTUAL_HPU_MEMORY_MB": "-5"}, {}, r"VIRTUAL_HPU_MEMORY_MB must be an integer in \[1, 1048576\]"),
         ({}, {"memory_mb": 0}, "VIRTUAL_HPU_MEMORY_MB must be an integer"),
         ({"PT_HPU_LAZY_MODE": "2"}, {}, "PT_HPU_LAZY_MODE must be 0"),
+        ({"HABANA_VISIBLE_MODULES": "0,8"}, {"devices": 8}, "distinct module ids from 0 to 7"),
+        ({"HABANA_VISIBLE_MODULES": "1,1"}, {}, "HABANA_VISIBLE_MODULES must list distinct"),
+        ({"HABANA_VISIBLE_MODULES": "a"}, {"devices": 2}, "from 0 to 1 separated by commas"),
     ],
 )
 def test_invalid_knobs_are_rejected(monkeypatch, env, kwargs, match):
@@ -97,7 +100,13 @@ def test_invalid_knobs_are_rejected(monkeypatch, env, kwargs, match):
 
 
 def test_knob_defaults_and_generation_memory(monkeypatch):
-    for key in ("VIRTUAL_HPU_DEVICES", "VIRTUAL_HPU_GENERATION", "VIRTUAL_HPU_MEMORY_MB", "PT_HPU_LAZY_MODE"):
+    for key in (
+        "VIRTUAL_HPU_DEVICES",
+        "VIRTUAL_HPU_GENERATION",
+        "VIRTUAL_HPU_MEMORY_MB",
+        "PT_HPU_LAZY_MODE",
+        "HABANA_VISIBLE_MODULES",
+    ):
         monkeypatch.delenv(key, raising=False)
     default = resolve()
     assert (default.devices, default.generation, default.memory_mb, default.lazy) == (8, "GAUDI2", 98304, True)
@@ -105,6 +114,16 @@ def test_knob_defaults_and_generation_memory(monkeypatch):
     assert gaudi.memory_mb == 32768 and not gaudi.fp16_supported
     monkeypatch.setenv("VIRTUAL_HPU_MEMORY_MB", "1024")
     assert resolve(devices=2).memory_mb == 1024
+
+
+def test_visible_modules_limit_the_devices(monkeypatch, python):
+    monkeypatch.setenv("HABANA_VISIBLE_MODULES", " 2, 5 ,7")
+    assert resolve(devices=8).devices == 3
+    result = python(
+        "import torch, virtual_hpu; virtual_hpu.activate(); print(torch.hpu.device_count())",
+        HABANA_VISIBLE_MODULES="0,3",
+    )
+    assert result.stdout.split()[-1:] == ["2"], result.stderr
 
 
 def test_bad_env_flag_is_reported(python):

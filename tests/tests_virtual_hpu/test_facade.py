@@ -26,6 +26,25 @@ def test_device_queries():
     hthpu.synchronize()
 
 
+def test_autocast_state_helpers_of_the_bridge():
+    assert hthpu.is_bf16_supported()
+    assert not torch.hpu.is_autocast_hpu_enabled()
+    with torch.autocast("hpu", dtype=torch.float16):
+        assert torch.hpu.is_autocast_hpu_enabled() and torch.hpu.get_autocast_hpu_dtype() == torch.float16
+    assert not torch.hpu.is_autocast_hpu_enabled()
+    previous = torch.hpu.get_autocast_hpu_dtype()
+    try:
+        torch.hpu.set_autocast_hpu_enabled(True)
+        torch.hpu.set_autocast_hpu_dtype(torch.bfloat16)
+        assert torch.is_autocast_enabled("hpu") and torch.get_autocast_dtype("hpu") == torch.bfloat16
+        # what the setters switched on is what ops see
+        assert (torch.ones(2, 2, device="hpu") @ torch.ones(2, 2, device="hpu")).dtype == torch.bfloat16
+    finally:
+        torch.hpu.set_autocast_hpu_enabled(False)
+        torch.hpu.set_autocast_hpu_dtype(previous)
+    assert not torch.is_autocast_enabled("hpu")
+
+
 def test_random_state_is_shared_with_cpu():
     hthpu.random.manual_seed(123)
     assert hthpu.random.initial_seed() == 123

@@ -98,6 +98,13 @@ class HPUAccelerator(Accelerator):
         return f"virtual {name}" if name and HPUAccelerator.is_virtual() else name
 
     @staticmethod
+    def is_lazy() -> bool:
+        """Whether the HPUs run in lazy mode (``PT_HPU_LAZY_MODE=1``), where ``mark_step()`` cuts the graphs."""
+        import habana_frameworks.torch.core as htcore
+
+        return htcore.is_lazy()
+
+    @staticmethod
     def is_virtual() -> bool:
         """Whether the HPUs are the virtual Gaudi (host memory) rather than real hardware."""
         import sys

@@ -1,5 +1,9 @@
 """The HPU accelerator on the (virtual) Gaudi: availability, device parsing and memory statistics."""
 
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 from lightning.pytorch.accelerators import AcceleratorRegistry
@@ -41,6 +45,32 @@ def test_parse_devices_more_than_available():
     available = HPUAccelerator.auto_device_count()
     with pytest.raises(MisconfigurationException, match=f"only {available} are available"):
         HPUAccelerator.parse_devices(available + 1)
+
+
+def test_is_lazy_follows_the_execution_mode():
+    import habana_frameworks.torch.core as htcore
+
+    assert HPUAccelerator.is_lazy() is htcore.is_lazy()
+    # and in a process started in the other mode
+    other = not htcore.is_lazy()
+    code = "from pytorch_lightning.accelerators import HPUAccelerator; print(HPUAccelerator.is_lazy())"
+    environment = {**os.environ, "PT_HPU_LAZY_MODE": str(int(other))}
+    result = subprocess.run([sys.executable, "-c", code], env=environment, capture_output=True, text=True)
+    assert result.stdout.split()[-1:] == [str(other)], result.stderr
+
+
+@pytest.mark.skipif(not HPUAccelerator.is_virtual(), reason="sets the virtual node's size")
+def test_visible_modules_limit_the_devices():
+    # two jobs sharing an 8-card node, as on Gaudi
+    code = (
+        "from pytorch_lightning.accelerators import HPUAccelerator\n"
+        "print(HPUAccelerator.auto_device_count())\n"
+        "HPUAccelerator.parse_devices(3)"
+    )
+    environment = {**os.environ, "VIRTUAL_HPU_DEVICES": "8", "HABANA_VISIBLE_MODULES": "4,5"}
+    result = subprocess.run([sys.executable, "-c", code], env=environment, capture_output=True, text=True)
+    assert result.stdout.split()[-1:] == ["2"], result.stderr
+    assert "requested 3 HPUs but only 2 are available" in result.stderr
 
 
 def test_parallel_devices_carry_indices():

@@ -1,4 +1,5 @@
-"""``habana_frameworks.torch.hpu``, also registered as ``torch.hpu``: devices, memory, streams, random numbers."""
+"""``habana_frameworks.torch.hpu``, also registered as ``torch.hpu``: devices, memory, streams, random numbers, and
+the autocast state of ``hpu``."""
 
 from typing import Any, Union
 
@@ -40,12 +41,15 @@ __all__ = [
     "default_stream",
     "device",
     "device_count",
+    "get_autocast_hpu_dtype",
     "get_device_name",
     "get_rng_state",
     "graph",
     "init",
     "initial_seed",
+    "is_autocast_hpu_enabled",
     "is_available",
+    "is_bf16_supported",
     "is_initialized",
     "manual_seed",
     "manual_seed_all",
@@ -62,6 +66,8 @@ __all__ = [
     "reset_peak_memory_stats",
     "seed",
     "seed_all",
+    "set_autocast_hpu_dtype",
+    "set_autocast_hpu_enabled",
     "set_device",
     "set_rng_state",
     "stream",
@@ -106,6 +112,28 @@ def get_device_name(device: _DeviceLike = None) -> str:
 
 def synchronize(device: _DeviceLike = None) -> None:
     """Work on the virtual device completes before each op returns: nothing to wait for."""
+
+
+def is_bf16_supported() -> bool:
+    """Every Gaudi generation computes in bf16."""
+    return is_available()
+
+
+# The bridge's names for torch's autocast state of the ``hpu`` device, read by code written for Gaudi.
+def is_autocast_hpu_enabled() -> bool:
+    return torch.is_autocast_enabled("hpu")
+
+
+def set_autocast_hpu_enabled(enabled: bool) -> None:
+    torch.set_autocast_enabled("hpu", bool(enabled))
+
+
+def get_autocast_hpu_dtype() -> torch.dtype:
+    return torch.get_autocast_dtype("hpu")
+
+
+def set_autocast_hpu_dtype(dtype: torch.dtype) -> None:
+    torch.set_autocast_dtype("hpu", dtype)
 
 
 def _index(device: _DeviceLike) -> int:
