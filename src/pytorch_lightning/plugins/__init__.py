@@ -4,8 +4,8 @@ import lightning.pytorch.plugins as _upstream
 
 from pytorch_lightning import _aliasing
 from pytorch_lightning.plugins.io import HPUCheckpointIO
-from pytorch_lightning.plugins.precision import HPUPrecisionPlugin
+from pytorch_lightning.plugins.precision import HPUDeepSpeedPrecisionPlugin, HPUPrecisionPlugin
 
-__all__ = ["HPUCheckpointIO", "HPUPrecisionPlugin"]
+__all__ = ["HPUCheckpointIO", "HPUDeepSpeedPrecisionPlugin", "HPUPrecisionPlugin"]
 
 _aliasing.extend_upstream(__name__, _upstream)

@@ -4,12 +4,13 @@ import lightning.pytorch.strategies as _upstream
 from lightning.pytorch.strategies import StrategyRegistry
 
 from pytorch_lightning import _aliasing
+from pytorch_lightning.strategies.hpu_deepspeed import HPUDeepSpeedStrategy
 from pytorch_lightning.strategies.hpu_parallel import HPUDDPStrategy, HPUParallelStrategy
 from pytorch_lightning.strategies.single_hpu import SingleHPUStrategy
 
-__all__ = ["HPUDDPStrategy", "HPUParallelStrategy", "SingleHPUStrategy"]
+__all__ = ["HPUDDPStrategy", "HPUDeepSpeedStrategy", "HPUParallelStrategy", "SingleHPUStrategy"]
 
-for _strategy in (SingleHPUStrategy, HPUParallelStrategy):
+for _strategy in (SingleHPUStrategy, HPUParallelStrategy, HPUDeepSpeedStrategy):
     if _strategy.strategy_name not in StrategyRegistry:
         _strategy.register_strategies(StrategyRegistry)
 

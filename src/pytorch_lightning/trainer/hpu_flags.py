@@ -19,15 +19,17 @@ from lightning.fabric.plugins.environments import (
 from lightning.pytorch.accelerators import Accelerator
 from lightning.pytorch.callbacks import ProgressBar
 from lightning.pytorch.callbacks.progress.rich_progress import _RICH_AVAILABLE
-from lightning.pytorch.plugins.precision import Precision
+from lightning.pytorch.plugins.precision import DeepSpeedPrecision, Precision
 from lightning.pytorch.strategies import Strategy, StrategyRegistry
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
 from pytorch_lightning.accelerators.hpu import HPUAccelerator
 from pytorch_lightning.callbacks.hpu_progress import HPURichProgressBar, HPUTQDMProgressBar
 from pytorch_lightning.plugins.precision.hpu import HPUPrecisionPlugin
+from pytorch_lightning.plugins.precision.hpu_deepspeed import HPUDeepSpeedPrecisionPlugin
 from pytorch_lightning.profilers.hpu import HPUProfiler
 from pytorch_lightning.strategies._hpu import _HPUStrategyMixin
+from pytorch_lightning.strategies.hpu_deepspeed import HPUDeepSpeedStrategy, hpu_name_of
 from pytorch_lightning.strategies.hpu_parallel import HPUParallelStrategy
 from pytorch_lightning.strategies.single_hpu import SingleHPUStrategy
 
@@ -42,6 +44,9 @@ def resolve_hpu_flags(flags: dict[str, Any]) -> dict[str, Any]:
         strategy = strategy.lower()
     if not _uses_hpu(accelerator, strategy):
         return flags
+    # a script moved from CUDA keeps its DeepSpeed strategy names
+    if isinstance(strategy, str):
+        strategy = hpu_name_of(strategy) or strategy
 
     if not HPUAccelerator.is_available():
         raise MisconfigurationException(
@@ -63,7 +68,7 @@ def resolve_hpu_flags(flags: dict[str, Any]) -> dict[str, Any]:
         "accelerator": accelerator if isinstance(accelerator, HPUAccelerator) else HPUAccelerator(),
         "devices": devices,
         "strategy": _hpu_strategy(strategy, devices, num_nodes, chosen_by_auto=accelerator == "auto"),
-        **_hpu_precision(flags.get("precision"), plugins),
+        **_hpu_precision(flags.get("precision"), plugins, deepspeed=_is_deepspeed(strategy)),
         **_default_progress_bar(flags),
     }
 
@@ -187,18 +192,31 @@ def _is_single(strategy: Union[str, Strategy]) -> bool:
     return isinstance(strategy, SingleHPUStrategy) or strategy == SingleHPUStrategy.strategy_name
 
 
-def _hpu_precision(precision: Optional[Union[str, int]], plugins: list[Any]) -> dict[str, Any]:
+def _is_deepspeed(strategy: Union[str, Strategy]) -> bool:
+    if isinstance(strategy, str):
+        return strategy in StrategyRegistry and issubclass(StrategyRegistry[strategy]["strategy"], HPUDeepSpeedStrategy)
+    return isinstance(strategy, HPUDeepSpeedStrategy)
+
+
+def _hpu_precision(precision: Optional[Union[str, int]], plugins: list[Any], deepspeed: bool) -> dict[str, Any]:
+    """The HPU precision plugin; under DeepSpeed, the one that leaves backward and the step to DeepSpeed's engine."""
+    hpu_plugin = HPUDeepSpeedPrecisionPlugin if deepspeed else HPUPrecisionPlugin
     precision_plugins = [plugin for plugin in plugins if isinstance(plugin, Precision)]
     if precision_plugins:
         # upstream reports a precision flag given together with a precision plugin
         (plugin,) = precision_plugins[:1]
-        if type(plugin) is not Precision and not isinstance(plugin, HPUPrecisionPlugin):
+        if deepspeed and type(plugin) is DeepSpeedPrecision:
+            # as on CUDA, the examples of earlier releases pass upstream's plugin
+            ours = HPUDeepSpeedPrecisionPlugin(plugin.precision)
+            return {"precision": precision, "plugins": [ours if p is plugin else p for p in plugins]}
+        if type(plugin) is not Precision and not isinstance(plugin, hpu_plugin):
             raise MisconfigurationException(
-                f"`plugins=[{type(plugin).__name__}(...)]` does not run on HPU. Pass"
-                " `HPUPrecisionPlugin(precision=...)` instead, or use the `precision` flag."
+                f"`plugins=[{type(plugin).__name__}(...)]` does not run on HPU"
+                + (" with DeepSpeed" if deepspeed else "")
+                + f". Pass `{hpu_plugin.__name__}(precision=...)` instead, or use the `precision` flag."
             )
         return {"precision": precision, "plugins": plugins}
-    plugin = HPUPrecisionPlugin("32-true" if precision is None else precision)
+    plugin = hpu_plugin("32-true" if precision is None else precision)
     return {"precision": None, "plugins": [*plugins, plugin]}
 
 

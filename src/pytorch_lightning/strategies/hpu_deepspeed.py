@@ -1,0 +1,148 @@
+"""DeepSpeed (ZeRO sharding, offload, bf16 optimizers, activation checkpointing) on Intel Gaudi."""
+
+from typing import Any, Optional, Union
+
+from lightning.fabric.strategies import _StrategyRegistry
+from lightning.pytorch.strategies.deepspeed import DeepSpeedStrategy
+from lightning.pytorch.utilities.exceptions import MisconfigurationException
+from lightning.pytorch.utilities.model_helpers import is_overridden
+from lightning.pytorch.utilities.rank_zero import rank_zero_info
+from torch import Tensor
+from torch.distributed import ReduceOp
+from torch.nn import Module
+from typing_extensions import override
+
+from pytorch_lightning.accelerators.hpu import HPUAccelerator
+from pytorch_lightning.strategies._hpu import _HPUParallelDevicesMixin, _HPUStrategyMixin
+from pytorch_lightning.strategies.hpu_parallel import hccl_reduce
+
+# (name suffix, arguments) of the ZeRO presets, as upstream registers them for CUDA without the NVMe one
+_PRESETS: dict[str, dict[str, Any]] = {
+    "": {},
+    "_stage_1": {"stage": 1},
+    "_stage_2": {"stage": 2},
+    "_stage_2_offload": {"stage": 2, "offload_optimizer": True},
+    "_stage_3": {"stage": 3},
+    "_stage_3_offload": {"stage": 3, "offload_optimizer": True, "offload_parameters": True},
+}
+
+
+class HPUDeepSpeedStrategy(_HPUStrategyMixin, _HPUParallelDevicesMixin, DeepSpeedStrategy):
+    """Upstream's ``DeepSpeedStrategy`` on HPUs: one process per HPU over HCCL, DeepSpeed's HPU accelerator.
+
+    It takes every argument of :class:`~lightning.pytorch.strategies.DeepSpeedStrategy` (``stage``,
+    ``offload_optimizer``, ``offload_parameters``, ``cpu_checkpointing``, ``config`` as a dict or a JSON path, the
+    ``PL_DEEPSPEED_CONFIG_PATH`` variable, ...). By name it is ``strategy="hpu_deepspeed"`` or one of the ZeRO presets
+    ``"hpu_deepspeed_stage_1"``, ``"_stage_2"``, ``"_stage_2_offload"``, ``"_stage_3"``, ``"_stage_3_offload"``; with
+    ``accelerator="hpu"`` the CUDA names ``"deepspeed"``, ``"deepspeed_stage_2"``, ... mean the same.
+
+    Offload goes to host memory only: DeepSpeed has no asynchronous I/O for HPUs, so NVMe offload is refused. When
+    both the LightningModule and the DeepSpeed config define an optimizer, the LightningModule's is used.
+    """
+
+    strategy_name = "hpu_deepspeed"
+
+    def __init__(self, *args: Any, process_group_backend: Optional[str] = "hccl", **kwargs: Any) -> None:
+        super().__init__(*args, process_group_backend=process_group_backend, **kwargs)
+        _refuse_nvme(self.config, kwargs)
+
+    @override
+    def setup_environment(self) -> None:
+        if not isinstance(self.accelerator, HPUAccelerator):
+            raise MisconfigurationException(
+                f"`{type(self).__name__}` trains on HPUs but `{type(self.accelerator).__name__}` is used. Pass"
+                " `Trainer(accelerator='hpu')`, or use `DeepSpeedStrategy` for CUDA GPUs."
+            )
+        _use_deepspeed_hpu_accelerator()
+        self._setup_graph_cuts()
+        # upstream's `setup_environment` refuses anything but CUDA; the rest of the chain is what we need
+        super(DeepSpeedStrategy, self).setup_environment()
+
+    @override
+    def setup_distributed(self) -> None:
+        # importing it registers the "hccl" backend with torch.distributed; DeepSpeed never imports it
+        import habana_frameworks.torch.distributed.hccl  # noqa: F401
+
+        super().setup_distributed()
+
+    @override
+    def _initialize_deepspeed_train(self, model: Module) -> None:
+        assert isinstance(self.config, dict)
+        if "optimizer" in self.config and is_overridden("configure_optimizers", self.lightning_module):
+            rank_zero_info(
+                "The DeepSpeed config and `LightningModule.configure_optimizers` both define an optimizer: the"
+                " LightningModule's is used."
+            )
+            self.config = {key: value for key, value in self.config.items() if key != "optimizer"}
+        super()._initialize_deepspeed_train(model)
+
+    @override
+    def _initialize_deepspeed_inference(self, model: Module) -> None:
+        # after `fit`, teardown left a ZeRO-3 model gathered on the host, where DeepSpeed no longer moves it from
+        model.to(self.root_device)
+        super()._initialize_deepspeed_inference(model)
+
+    @override
+    def reduce(
+        self,
+        tensor: Union[Tensor, Any],
+        group: Optional[Any] = None,
+        reduce_op: Optional[Union[ReduceOp, str]] = "mean",
+    ) -> Union[Tensor, Any]:
+        return hccl_reduce(tensor, group, reduce_op)
+
+    @classmethod
+    @override
+    def register_strategies(cls, strategy_registry: _StrategyRegistry) -> None:
+        for suffix, arguments in _PRESETS.items():
+            strategy_registry.register(
+                f"{cls.strategy_name}{suffix}",
+                cls,
+                description=f"DeepSpeed on HPUs {arguments or 'with its default ZeRO stage 2'}",
+                **arguments,
+            )
+
+
+def hpu_name_of(name: str) -> Optional[str]:
+    """The HPU strategy name for one of upstream's DeepSpeed names (``"deepspeed_stage_2"``), or ``None``.
+
+    Raises for the NVMe presets, before any work."""
+    if name.startswith(("deepspeed", HPUDeepSpeedStrategy.strategy_name)) and name.endswith("_nvme"):
+        _raise_nvme(f"strategy={name!r}")
+    if not name.startswith("deepspeed"):
+        return None
+    suffix = name[len("deepspeed") :]
+    return f"{HPUDeepSpeedStrategy.strategy_name}{suffix}" if suffix in _PRESETS else None
+
+
+def _use_deepspeed_hpu_accelerator() -> None:
+    """DeepSpeed picks its accelerator once, when first imported; if that happened before ``habana_frameworks`` was
+    importable it chose the CPU, and every engine would then place its buffers there."""
+    from deepspeed.accelerator import get_accelerator, set_accelerator
+
+    if get_accelerator().device_name() != "hpu":
+        from deepspeed.accelerator.hpu_accelerator import HPU_Accelerator
+
+        set_accelerator(HPU_Accelerator())
+
+
+def _refuse_nvme(config: Optional[dict[str, Any]], arguments: dict[str, Any]) -> None:
+    if arguments.get("remote_device") == "nvme":
+        _raise_nvme("remote_device='nvme'")
+    for argument in ("offload_params_device", "offload_optimizer_device"):
+        if arguments.get(argument) == "nvme" and (
+            arguments.get("offload_parameters" if argument == "offload_params_device" else "offload_optimizer")
+        ):
+            _raise_nvme(f"{argument}='nvme'")
+    zero = (config or {}).get("zero_optimization") or {}
+    for section in ("offload_param", "offload_optimizer"):
+        if (zero.get(section) or {}).get("device") == "nvme":
+            _raise_nvme(f'a DeepSpeed config with "zero_optimization": {{"{section}": {{"device": "nvme"}}}}')
+
+
+def _raise_nvme(what: str) -> None:
+    raise MisconfigurationException(
+        f"`{what}` offloads to NVMe, which DeepSpeed cannot do on HPUs (it has no asynchronous I/O for Gaudi)."
+        " Offload to host memory instead: `offload_optimizer=True`, `offload_parameters=True` with the device 'cpu'"
+        ' (the \'_offload\' presets), or `"device": "cpu"` in the config.'
+    )

@@ -1,0 +1,361 @@
+"""DeepSpeed on HPUs: the configurations of the reference page, names, configs, precision and bad inputs."""
+
+import json
+
+import pytest
+import torch
+from lightning.pytorch.plugins import DeepSpeedPrecision
+from lightning.pytorch.strategies import DeepSpeedStrategy
+from lightning.pytorch.utilities.exceptions import MisconfigurationException
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+import pytorch_lightning as pl
+from pytorch_lightning.plugins import HPUDeepSpeedPrecisionPlugin
+from pytorch_lightning.strategies import HPUDeepSpeedStrategy
+
+FEATURES = 32
+
+
+@pytest.fixture(autouse=True)
+def _isolate_deepspeed():
+    """DeepSpeed's HPU accelerator turns deterministic algorithms on for the process, and DeepSpeed keeps its process
+    groups in module globals: undo both, so that each test starts as a fresh process would."""
+    previous = torch.are_deterministic_algorithms_enabled()
+    yield
+    torch.use_deterministic_algorithms(previous)
+    if torch.distributed.is_initialized():
+        import deepspeed.comm
+
+        deepspeed.comm.destroy_process_group()
+
+
+class SampleModel(pl.LightningModule):
+    """Two layers, the second one optionally through DeepSpeed's activation checkpointing, and the dtypes it saw."""
+
+    def __init__(self, checkpoint_activations: bool = False, optimizer: str = "sgd") -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.l1 = nn.Linear(FEATURES, FEATURES)
+        self.l2 = nn.Linear(FEATURES, 2)
+        self.checkpoint_activations = checkpoint_activations
+        self.optimizer = optimizer
+        self.activation_dtypes: set = set()
+        self.partitioned_at_start = False
+
+    def on_train_start(self):
+        # ZeRO-3 partitions the parameters: outside forward each module holds an empty placeholder
+        self.partitioned_at_start = all(hasattr(p, "ds_id") and p.numel() == 0 for p in self.parameters())
+
+    def forward(self, x):
+        hidden = torch.relu(self.l1(x))
+        if self.checkpoint_activations:
+            from deepspeed.runtime.activation_checkpointing.checkpointing import checkpoint
+
+            return checkpoint(self.l2, hidden)
+        return self.l2(hidden)
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        out = self(x)
+        self.activation_dtypes.add(out.dtype)
+        loss = nn.functional.cross_entropy(out.float(), y)
+        self.log("train_loss", loss)
+        return loss
+
+    def test_step(self, batch, batch_idx):
+        x, y = batch
+        self.log("test_acc", (self(x).argmax(-1) == y).float().mean())
+
+    def train_dataloader(self):
+        return _loader()
+
+    def test_dataloader(self):
+        return _loader()
+
+    def configure_optimizers(self):
+        if self.optimizer == "adamw":
+            return torch.optim.AdamW(self.parameters(), lr=0.01)
+        optimizer = torch.optim.SGD(self.parameters(), lr=0.1)
+        return [optimizer], [torch.optim.lr_scheduler.StepLR(optimizer, step_size=1)]
+
+
+def _loader(batch_size: int = 8) -> DataLoader:
+    generator = torch.Generator().manual_seed(3)
+    x = torch.randn(64, FEATURES, generator=generator)
+    return DataLoader(TensorDataset(x, (x[:, 0] > 0).long()), batch_size=batch_size)
+
+
+def _trainer(strategy, **flags) -> pl.Trainer:
+    defaults = {
+        "accelerator": "hpu",
+        "devices": 1,
+        "max_steps": 4,
+        "logger": False,
+        "enable_checkpointing": False,
+        "enable_progress_bar": False,
+        "enable_model_summary": False,
+    }
+    return pl.Trainer(strategy=strategy, **{**defaults, **flags})
+
+
+def _zero_optimizer(trainer: pl.Trainer) -> str:
+    return type(trainer.strategy.deepspeed_engine.optimizer).__name__
+
+
+# the reference page's ZeRO configurations, each with upstream's plugin as the page passes it
+REFERENCE = {
+    "ZeRO-1": ({"zero_optimization": True, "stage": 1}, "DeepSpeedZeroOptimizer"),
+    "ZeRO-2": ({"zero_optimization": True, "stage": 2}, "DeepSpeedZeroOptimizer"),
+    "ZeRO-3": ({"zero_optimization": True, "stage": 3}, "DeepSpeedZeroOptimizer_Stage3"),
+    "BF16 precision": ({}, "DeepSpeedZeroOptimizer"),
+}
+
+
+@pytest.mark.parametrize("name", list(REFERENCE))
+def test_reference_configuration(name):
+    arguments, optimizer = REFERENCE[name]
+    model = SampleModel()
+    before = [p.detach().clone() for p in model.parameters()]
+    trainer = _trainer(HPUDeepSpeedStrategy(**arguments), plugins=[DeepSpeedPrecision(precision="bf16-mixed")])
+    trainer.fit(model)
+    assert isinstance(trainer.strategy, DeepSpeedStrategy)
+    assert isinstance(trainer.precision_plugin, HPUDeepSpeedPrecisionPlugin)
+    assert trainer.strategy.config["bf16"]["enabled"]
+    # the ZeRO stage is applied: DeepSpeed's optimizer of that stage wraps ours, on the HPU
+    assert _zero_optimizer(trainer) == optimizer
+    assert trainer.strategy.deepspeed_engine.zero_optimization_stage() == arguments.get("stage", 2)
+    assert trainer.strategy.root_device.type == trainer.strategy.deepspeed_engine.device.type == "hpu"
+    assert model.activation_dtypes == {torch.bfloat16}
+    assert model.partitioned_at_start == (arguments.get("stage") == 3)
+    if arguments.get("stage") == 3:
+        trainer.test(model)
+        return
+    assert any(not torch.equal(b, a.detach().float().cpu()) for b, a in zip(before, model.parameters()))
+    trainer.test(model)
+    assert trainer.callback_metrics["test_acc"] > 0.5
+
+
+def test_zero_offload_with_deepspeed_cpu_adam():
+    """ZeRO-Offload (and the page's "ZeRO-Infinity" example, the same code): stage 2 with the optimizer on the host.
+
+    DeepSpeed's CPU Adam is compiled on first use (minutes, then cached): the one test that needs it.
+    """
+    from deepspeed.ops.adam import DeepSpeedCPUAdam
+
+    class WithCPUAdam(SampleModel):
+        def configure_optimizers(self):
+            return DeepSpeedCPUAdam(self.parameters(), lr=0.01)
+
+    model = WithCPUAdam()
+    strategy = HPUDeepSpeedStrategy(zero_optimization=True, stage=2, offload_optimizer=True)
+    trainer = _trainer(strategy, plugins=[DeepSpeedPrecision(precision="bf16-mixed")])
+    trainer.fit(model)
+    engine = trainer.strategy.deepspeed_engine
+    assert engine.zero_cpu_offload()
+    assert _zero_optimizer(trainer) == "DeepSpeedZeroOptimizer"
+    # the fp32 master weights live on the host, the bf16 model on the HPU
+    assert engine.optimizer.single_partition_of_fp32_groups[0].device.type == "cpu"
+    assert engine.device.type == "hpu"
+    assert all(p.dtype == torch.bfloat16 for p in model.parameters())
+    trainer.test(model)
+    assert trainer.callback_metrics["test_acc"] > 0.5
+
+
+def test_activation_checkpointing_with_cpu_checkpointing():
+    model = SampleModel(checkpoint_activations=True)
+    strategy = HPUDeepSpeedStrategy(zero_optimization=True, stage=3, offload_optimizer=True, cpu_checkpointing=True)
+    # a plain torch optimizer on offloaded states, as on CUDA, needs DeepSpeed told so
+    strategy.config["zero_force_ds_cpu_optimizer"] = False
+    trainer = _trainer(strategy, plugins=[DeepSpeedPrecision(precision="bf16-mixed")])
+    trainer.fit(model)
+    from deepspeed.runtime.activation_checkpointing import checkpointing
+
+    assert checkpointing.is_configured()
+    assert checkpointing.CPU_CHECKPOINT
+    assert trainer.strategy.deepspeed_engine.zero_offload_optimizer()
+    assert model.activation_dtypes == {torch.bfloat16}
+
+
+BF16_OPTIMIZER_CONFIG = {
+    "train_batch_size": 8,
+    "bf16": {"enabled": True},
+    "fp16": {"enabled": False},
+    "train_micro_batch_size_per_gpu": 2,
+    "scheduler": {
+        "type": "WarmupDecayLR",
+        "params": {
+            "warmup_min_lr": 0.02,
+            "warmup_max_lr": 0.05,
+            "warmup_num_steps": 4,
+            "total_num_steps": 8,
+            "warmup_type": "linear",
+        },
+    },
+    "zero_allow_untested_optimizer": True,
+    "zero_optimization": {"stage": 2},
+}
+
+
+def test_bf16_optimizer_config_with_its_scheduler():
+    """The reference page's JSON config: explicit devices, 2 micro-batches of 2 accumulated per step, the config's
+    scheduler driving the LightningModule's AdamW."""
+    model = SampleModel(optimizer="adamw")
+    model.train_dataloader = lambda: _loader(batch_size=2)
+    parallel_hpus = [torch.device("hpu")]  # the page's `[torch.device("hpu")] * HPUAccelerator.auto_device_count()`
+    config = {**BF16_OPTIMIZER_CONFIG, "train_batch_size": 4}  # train_batch_size = micro-batch x accumulation x devices
+    trainer = pl.Trainer(
+        accelerator="hpu",
+        devices=1,
+        strategy=HPUDeepSpeedStrategy(config=config, parallel_devices=parallel_hpus),
+        enable_progress_bar=False,
+        fast_dev_run=8,
+        plugins=[DeepSpeedPrecision(precision="bf16-mixed")],
+        use_distributed_sampler=False,
+        limit_train_batches=16,
+        accumulate_grad_batches=2,
+    )
+    trainer.fit(model)
+    engine = trainer.strategy.deepspeed_engine
+    assert engine.gradient_accumulation_steps() == 2
+    assert engine.train_micro_batch_size_per_gpu() == 2
+    assert trainer.global_step == 4  # fast_dev_run=8 micro-batches, 2 per step
+    (scheduler_config,) = trainer.lr_scheduler_configs
+    assert type(scheduler_config.scheduler).__name__ == "WarmupDecayLR"
+    assert scheduler_config.interval == "step"
+    # linear warm-up from 0.02 to 0.05 over 4 steps: iteration 0 at the first step, 3 at the fourth
+    assert engine.optimizer.param_groups[0]["lr"] == pytest.approx(0.02 + 0.03 * 3 / 4)
+    assert model.activation_dtypes == {torch.bfloat16}
+
+
+def test_module_optimizer_wins_over_config_optimizer():
+    config = {
+        "optimizer": {"type": "Adam", "params": {"lr": 0.5}},
+        "zero_optimization": {"stage": 2},
+        "zero_allow_untested_optimizer": True,
+    }
+    trainer = _trainer(HPUDeepSpeedStrategy(config=config))
+    trainer.fit(SampleModel())
+    inner = trainer.strategy.deepspeed_engine.optimizer.optimizer
+    assert isinstance(inner, torch.optim.SGD)
+    assert "optimizer" not in trainer.strategy.config
+
+
+@pytest.mark.parametrize(
+    ("precision", "dtype"), [("32-true", torch.float32), ("bf16-mixed", torch.bfloat16), ("16-mixed", torch.float16)]
+)
+def test_precision_flag(precision, dtype):
+    model = SampleModel()
+    trainer = _trainer("hpu_deepspeed", precision=precision, max_steps=2)
+    trainer.fit(model)
+    assert isinstance(trainer.precision_plugin, HPUDeepSpeedPrecisionPlugin)
+    assert model.activation_dtypes == {dtype}
+
+
+@pytest.mark.parametrize(
+    ("name", "stage", "offload"),
+    [
+        ("hpu_deepspeed", 2, False),
+        ("hpu_deepspeed_stage_1", 1, False),
+        ("hpu_deepspeed_stage_2", 2, False),
+        ("hpu_deepspeed_stage_2_offload", 2, True),
+        ("hpu_deepspeed_stage_3", 3, False),
+        ("hpu_deepspeed_stage_3_offload", 3, True),
+        # a script moved from CUDA keeps upstream's names
+        ("deepspeed", 2, False),
+        ("deepspeed_stage_1", 1, False),
+        ("deepspeed_stage_2_offload", 2, True),
+        ("deepspeed_stage_3", 3, False),
+    ],
+)
+@pytest.mark.parametrize("accelerator", ["hpu", "auto"])
+def test_strategy_names(name, stage, offload, accelerator):
+    trainer = _trainer(name, accelerator=accelerator)
+    assert type(trainer.strategy) is HPUDeepSpeedStrategy
+    zero = trainer.strategy.config["zero_optimization"]
+    assert zero["stage"] == stage
+    assert ("offload_optimizer" in zero) == offload
+
+
+def test_config_file_and_environment_variable(tmp_path, monkeypatch):
+    path = tmp_path / "ds_config.json"
+    path.write_text(json.dumps({"zero_optimization": {"stage": 3}, "zero_allow_untested_optimizer": True}))
+    assert HPUDeepSpeedStrategy(config=str(path)).config["zero_optimization"]["stage"] == 3
+    monkeypatch.setenv("PL_DEEPSPEED_CONFIG_PATH", str(path))
+    trainer = _trainer("hpu_deepspeed", max_steps=1)
+    trainer.fit(SampleModel())
+    assert _zero_optimizer(trainer) == "DeepSpeedZeroOptimizer_Stage3"
+
+
+@pytest.mark.parametrize(
+    ("make", "error", "match"),
+    [
+        (lambda: _trainer("hpu_deepspeed_stage_3_offload_nvme"), MisconfigurationException, "NVMe"),
+        (lambda: _trainer("deepspeed_stage_3_offload_nvme"), MisconfigurationException, "Offload to host memory"),
+        (
+            lambda: HPUDeepSpeedStrategy(
+                config={"zero_optimization": {"stage": 3, "offload_param": {"device": "nvme"}}}
+            ),
+            MisconfigurationException,
+            '"offload_param": {"device": "nvme"}',
+        ),
+        (
+            lambda: HPUDeepSpeedStrategy(stage=3, offload_optimizer=True, offload_optimizer_device="nvme"),
+            MisconfigurationException,
+            "offload_optimizer_device='nvme'",
+        ),
+        (lambda: HPUDeepSpeedStrategy(config="/no/such/ds_config.json"), MisconfigurationException, "does not exist"),
+        (
+            lambda: _trainer(HPUDeepSpeedStrategy(), accelerator="cpu"),
+            MisconfigurationException,
+            "runs on HPUs but `accelerator='cpu'`",
+        ),
+        (
+            lambda: _trainer("hpu_deepspeed", plugins=[pl.plugins.HPUPrecisionPlugin("bf16-mixed")]),
+            MisconfigurationException,
+            "HPUDeepSpeedPrecisionPlugin",
+        ),
+        (lambda: _trainer("hpu_deepspeed", precision="64-true"), ValueError, "not supported on HPU"),
+    ],
+)
+def test_bad_inputs_fail_early(make, error, match):
+    with pytest.raises(error, match=match):
+        make()
+
+
+def test_two_optimizers_are_refused():
+    class TwoOptimizers(SampleModel):
+        def __init__(self):
+            super().__init__()
+            self.automatic_optimization = False  # otherwise Lightning refuses two optimizers before DeepSpeed
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.l1.parameters(), lr=0.1), torch.optim.SGD(self.l2.parameters(), lr=0.1)
+
+    with pytest.raises(MisconfigurationException, match="DeepSpeed currently only supports single optimizer"):
+        _trainer("hpu_deepspeed").fit(TwoOptimizers())
+
+
+def test_deepspeed_imported_first_still_uses_the_hpu(tmp_path):
+    """DeepSpeed detects its accelerator when imported; before ``pytorch_lightning`` it finds none and picks the CPU."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "first.py"
+    script.write_text(
+        "import deepspeed\n"
+        "from deepspeed.accelerator import get_accelerator\n"
+        "assert get_accelerator().device_name() == 'cpu', get_accelerator().device_name()\n"
+        "import torch\n"
+        "import pytorch_lightning as pl\n"
+        "from lightning.pytorch.demos.boring_classes import BoringModel\n"
+        "trainer = pl.Trainer(accelerator='hpu', devices=1, strategy='hpu_deepspeed', max_steps=1, logger=False,\n"
+        "                     enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)\n"
+        "trainer.fit(BoringModel())\n"
+        "assert get_accelerator().device_name() == 'hpu'\n"
+        "assert trainer.strategy.deepspeed_engine.device.type == 'hpu'\n"
+        "print('ok')\n"
+    )
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.strip().endswith("ok")
