@@ -3,6 +3,7 @@
 
 #include <ATen/EmptyTensor.h>
 #include <ATen/native/Resize.h>
+#include <ATen/ops/_fused_sdp_choice_native.h>
 #include <ATen/ops/_local_scalar_dense_native.h>
 #include <ATen/ops/_reshape_alias_native.h>
 #include <ATen/ops/as_strided_native.h>
@@ -10,6 +11,9 @@
 #include <ATen/ops/set_native.h>
 #include <ATen/ops/view_native.h>
 #include <torch/library.h>
+
+#include <string>
+#include <string_view>
 
 namespace virtual_hpu {
 namespace {
@@ -79,6 +83,28 @@ at::Tensor& setEmpty(at::Tensor& self) {
   return setStorage(self, std::move(storage), 0, {0}, {});
 }
 
+// The HPU key needs a kernel of its own for every aten op that has both a CPU kernel and a composite one: else
+// the dispatcher prefers the composite (e.g. math_native_layer_norm, which computes and returns fp32 for bf16
+// inputs) and the op no longer behaves as on a device with its own kernel. The CPU kernel, run by the fallback, is
+// what Gaudi's own kernels do: the same dtype rules, mixed bf16/fp16 activations with fp32 parameters included.
+void registerCpuKernelsOverComposites(torch::Library& m) {
+  auto& dispatcher = c10::Dispatcher::singleton();
+  for (const c10::OperatorName& name : dispatcher.getAllOpNames()) {
+    const std::string_view full = name.name;
+    if (full.rfind("aten::", 0) != 0) continue;
+    const auto op = dispatcher.findOp(name);
+    if (!op || op->hasKernelForDispatchKey(c10::DispatchKey::HPU) ||
+        !op->hasKernelForDispatchKey(c10::DispatchKey::CPU) ||
+        !(op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd) ||
+          op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional))) {
+      continue;
+    }
+    std::string qualified(full.substr(6));
+    if (!name.overload_name.empty()) qualified += "." + name.overload_name;
+    m.impl(qualified.c_str(), torch::CppFunction::makeFromBoxedFunction<&hpuFallback>());
+  }
+}
+
 // Host memory is written synchronously: no stream can still be using a tensor's memory when it is freed.
 void recordStream(at::Tensor& /*self*/, c10::Stream /*stream*/) {}
 
@@ -100,6 +126,10 @@ TORCH_LIBRARY_IMPL(aten, HPU, m) {
   // Without these, convolution would look for convolution_overrideable, which has no CPU kernel.
   m.impl("convolution", torch::CppFunction::makeFromBoxedFunction<&hpuFallback>());
   m.impl("convolution_backward", torch::CppFunction::makeFromBoxedFunction<&hpuFallback>());
+  // The CPU choice reads only metadata, but through the fallback's aliases it would not see which inputs require
+  // grad and could pick a fused kernel that cannot differentiate an attention bias that does.
+  m.impl("_fused_sdp_choice", &at::native::_fused_sdp_choice_cpp);
+  registerCpuKernelsOverComposites(m);
 }
 
 TORCH_LIBRARY_IMPL(_, HPU, m) { m.fallback(torch::CppFunction::makeFromBoxedFunction<&hpuFallback>()); }
