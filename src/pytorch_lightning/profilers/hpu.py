@@ -223,6 +223,10 @@ class HPUProfiler(PyTorchProfiler):
 
     @override
     def _cache_functions_events(self) -> None:
+        if isinstance(self.profiler, torch.profiler.profile) and self.profiler.profiler is None:
+            # the schedule never started a recording (a stage that ran no step): there are no events to read
+            self.function_events = None
+            return
         try:
             super()._cache_functions_events()
         except UnicodeDecodeError:

@@ -1,5 +1,6 @@
 """HPUProfiler on the (virtual) Gaudi: traces per stage and rank, HPU activity, custom actions, summary and the CLI."""
 
+import gc
 import json
 import os
 import pickle
@@ -122,6 +123,27 @@ def test_a_trace_and_a_report_per_stage(tmp_path):
         assert _hpu_memory(json.loads((dirpath / name).read_text())["traceEvents"])
         report = (dirpath / f"{stage}-perf-logs.txt").read_text()
         assert report.startswith(f"{stage.upper()} Profiler Report: HPUProfiler, HPU (")
+
+
+def test_reused_for_stages_that_run_no_step(tmp_path, monkeypatch):
+    unraisable = []
+    monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
+    dirpath = tmp_path / "profiles"
+    profiler = HPUProfiler(dirpath=dirpath, filename="perf-logs")
+    trainer = _trainer(tmp_path, profiler, max_epochs=None, max_steps=2, limit_val_batches=0)
+    model = BoringModel()
+    trainer.fit(model)
+    report = (dirpath / "fit-perf-logs.txt").read_text()
+    # the second fit starts where the first ended, at `max_steps`: it runs no step and records nothing
+    trainer.fit(model)
+    assert trainer.global_step == 2
+    assert (dirpath / "fit-perf-logs.txt").read_text() == report
+    # a new Trainer with the same profiler profiles again
+    _trainer(tmp_path, profiler, max_epochs=None, max_steps=2, limit_val_batches=0).fit(BoringModel())
+    assert (dirpath / "fit-perf-logs.txt").read_text().startswith("FIT Profiler Report: HPUProfiler, HPU (")
+    del trainer, profiler
+    gc.collect()
+    assert not unraisable, [hook.exc_value for hook in unraisable]
 
 
 class ProfiledModel(BoringModel):
