@@ -1,11 +1,13 @@
 """What every HPU strategy does on top of its upstream base: Gaudi checkpoint I/O, lazy-mode graph cuts, and (for
 the strategies that start one process per HPU) indexed parallel devices."""
 
+import atexit
 from collections.abc import Sequence
 from typing import Any, Callable, Optional, Union
 
 import torch
 from lightning.fabric.plugins import CheckpointIO
+from lightning.fabric.utilities.distributed import _destroy_dist_connection
 from torch import Tensor
 from torch.optim import Optimizer
 
@@ -110,3 +112,14 @@ def _indexed_hpu_devices(devices: Sequence[Union[torch.device, str, int]], owner
             " once; each process needs its own. Pass distinct indices, or devices without an index."
         )
     return indexed
+
+
+def _destroy_process_group_at_exit() -> None:
+    """Have the process group destroyed when the interpreter exits, while torch can still shut it down in order.
+
+    Upstream does this for NCCL only. A group left to interpreter shutdown is torn down in no particular order, and its
+    backend's threads can outlive the objects they use: processes then abort after the run ("terminate called without
+    an active exception"). Kept alive until then, so that ``fit`` and ``test`` in one script share the group.
+    """
+    atexit.unregister(_destroy_dist_connection)
+    atexit.register(_destroy_dist_connection)

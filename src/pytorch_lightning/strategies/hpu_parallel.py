@@ -12,7 +12,11 @@ from torch import Tensor
 from torch.distributed import ReduceOp
 from typing_extensions import override
 
-from pytorch_lightning.strategies._hpu import _HPUParallelDevicesMixin, _HPUStrategyMixin
+from pytorch_lightning.strategies._hpu import (
+    _destroy_process_group_at_exit,
+    _HPUParallelDevicesMixin,
+    _HPUStrategyMixin,
+)
 
 # HCCL reduces with these; a mean is a sum divided by the world size
 _HCCL_REDUCE_OPS = {"sum": ReduceOp.SUM, "min": ReduceOp.MIN, "max": ReduceOp.MAX}
@@ -40,6 +44,7 @@ class HPUParallelStrategy(_HPUStrategyMixin, _HPUParallelDevicesMixin, DDPStrate
         import habana_frameworks.torch.distributed.hccl  # noqa: F401
 
         super().setup_distributed()
+        _destroy_process_group_at_exit()
 
     @override
     def determine_ddp_device_ids(self) -> None:
