@@ -1,6 +1,9 @@
 """HPU precision: autocast on the device, Gaudi's op lists in every form users pass them, and clear refusals."""
 
+import logging
 import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -61,12 +64,34 @@ def _fit(precision=None, plugins=None) -> DtypeRecordingModel:
     return model
 
 
-@pytest.mark.parametrize(("precision", "dtype"), [("bf16-mixed", torch.bfloat16), (16, torch.float16)])
+@pytest.mark.parametrize(
+    ("precision", "dtype"), [("bf16-mixed", torch.bfloat16), ("16-mixed", torch.float16), (16, torch.bfloat16)]
+)
 def test_mixed_precision_autocasts_in_training_step(precision, dtype):
     dtypes = _fit(precision).dtypes
     assert dtypes["linear"] == dtype
     # autocast can be switched off locally inside the model
     assert dtypes["linear_autocast_off"] == torch.float32
+
+
+def test_legacy_16_is_bf16_mixed_on_every_gaudi(caplog, monkeypatch):
+    # Lightning 1.x's `precision=16` on HPU: Habana mixed precision in bf16, said once in the log
+    from pytorch_lightning.plugins.precision import hpu
+
+    monkeypatch.setattr(hpu, "_info_cache", type(hpu._info_cache)())
+    with caplog.at_level(logging.INFO):
+        assert HPUPrecisionPlugin(16).precision == HPUPrecisionPlugin("16").precision == "bf16-mixed"
+    assert caplog.text.count("means bf16 mixed precision") == 1
+    assert "precision='16-mixed'" in caplog.text
+    # also on first-generation Gaudi, which refuses float16
+    code = (
+        "import pytorch_lightning as pl\n"
+        "trainer = pl.Trainer(accelerator='hpu', devices=1, precision=16, logger=False)\n"
+        "print(trainer.precision_plugin.precision)"
+    )
+    environment = {**os.environ, "VIRTUAL_HPU": "1", "VIRTUAL_HPU_GENERATION": "GAUDI"}
+    result = subprocess.run([sys.executable, "-c", code], env=environment, capture_output=True, text=True)
+    assert result.stdout.split()[-1:] == ["bf16-mixed"], result.stderr
 
 
 def test_true_precision_does_not_autocast():
@@ -126,7 +151,7 @@ def test_hmp_params_op_lists(tmp_path):
         "fp32_ops": _op_list(tmp_path, "fp32.txt", ["softmax"]),
     }
     dtypes = _fit(plugins=[HPUPrecisionPlugin(precision=16, hmp_params=hmp_params)]).dtypes
-    assert dtypes["linear"] == torch.float16
+    assert dtypes["linear"] == torch.bfloat16
     assert dtypes["softmax"] == torch.float32
 
 

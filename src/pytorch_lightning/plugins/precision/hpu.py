@@ -10,13 +10,20 @@ import torch
 from lightning.fabric.connector import _convert_precision_to_unified_args
 from lightning.pytorch.plugins.precision.half import HalfPrecision
 from lightning.pytorch.plugins.precision.precision import Precision
-from lightning.pytorch.utilities.rank_zero import rank_zero_info
+from lightning.pytorch.utilities.rank_zero import WarningCache, rank_zero_info
 from torch.nn import Module
 from typing_extensions import override
 
 _SUPPORTED = ("32-true", "bf16-mixed", "16-mixed", "bf16-true", "16-true")
 _AUTOCAST_DTYPES = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}
 _HALF = ("bf16-true", "16-true")
+# Lightning 1.x's spellings of Habana mixed precision, which ran in bf16 on every Gaudi
+_LEGACY_16 = ("16", 16)
+_LEGACY_16_NOTE = (
+    "`precision=16` on HPU means bf16 mixed precision (`'bf16-mixed'`), as in Lightning 1.x. For float16 autocast"
+    " (Gaudi2 and newer), pass `precision='16-mixed'`."
+)
+_info_cache = WarningCache()
 # first-generation Gaudi has no fp16
 _NEEDS_GAUDI2 = {"16-mixed": "bf16-mixed", "16-true": "bf16-true"}
 # the keys of the ``hmp_params`` dict of earlier Lightning releases, and the arguments they stand for
@@ -28,14 +35,15 @@ _OP_LIST_VARIABLES = {"bf16_file_path": "LOWER_LIST", "fp32_file_path": "FP32_LI
 class HPUPrecisionPlugin(Precision):
     """Mixed precision on HPUs with Gaudi's autocast, plain fp32, or weights and inputs in bf16/fp16.
 
-    ``Trainer(accelerator="hpu", precision="bf16-mixed")`` (or ``16``, ``"16-mixed"``, ``"bf16"``, ``"bf16-true"``,
-    ``"16-true"``) creates it; pass it in ``plugins`` to choose which ops run in lower precision and which stay in fp32.
+    ``Trainer(accelerator="hpu", precision="bf16-mixed")`` (or ``"16-mixed"``, ``"bf16"``, ``"bf16-true"``,
+    ``"16-true"``; ``16`` and ``"16"`` mean ``"bf16-mixed"`` here, as in Lightning 1.x) creates it; pass it in
+    ``plugins`` to choose which ops run in lower precision and which stay in fp32.
     The ``-true`` precisions mean what they mean on every other device: the module's parameters, the floating-point
     inputs and the tensors created in ``forward`` are in that type, without autocast.
 
     Args:
         precision: ``"32-true"``, ``"bf16-mixed"``, ``"16-mixed"`` (Gaudi2 and newer), ``"bf16-true"``, ``"16-true"``
-            (Gaudi2 and newer), or a legacy form.
+            (Gaudi2 and newer), or a legacy form (``16`` and ``"16"`` are ``"bf16-mixed"``).
         opt_level: ``"O1"``: ops in the lower-precision list run in bf16/fp16, ops in the fp32 list in fp32, all
             others in the type of their inputs.
         bf16_file_path: a text file with one op name per line to run in lower precision (Gaudi's ``LOWER_LIST``).
@@ -109,6 +117,9 @@ class HPUPrecisionPlugin(Precision):
 
 
 def _validate_precision(precision: Union[str, int]) -> str:
+    if type(precision) in (str, int) and precision in _LEGACY_16:
+        _info_cache.info(_LEGACY_16_NOTE)
+        return "bf16-mixed"
     try:
         unified = _convert_precision_to_unified_args(precision)
     except ValueError:
