@@ -41,6 +41,8 @@ from typing import Optional
 from _common import is_virtual, print_table, use_gaudi_or_virtual
 
 use_gaudi_or_virtual()
+# mark_step graph cuts exist in lazy mode only, the legacy execution mode, which has to be asked for
+os.environ.setdefault("PT_HPU_LAZY_MODE", "1")
 
 import torch  # noqa: E402
 from lightning.pytorch.loggers import CSVLogger  # noqa: E402

@@ -77,7 +77,8 @@ def resolve(devices: Optional[int] = None, generation: Optional[str] = None, mem
         1,
         MAX_MEMORY_MB,
     )
-    lazy = env.get("PT_HPU_LAZY_MODE", "1").strip()
+    # Current Gaudi software runs eager (with torch.compile) unless lazy mode, the legacy path, is asked for.
+    lazy = env.get("PT_HPU_LAZY_MODE", "0").strip()
     if lazy not in ("0", "1"):
         raise ValueError(f"PT_HPU_LAZY_MODE must be 0 (eager) or 1 (lazy), got {lazy!r}")
     return Config(devices=devices, generation=generation, memory_mb=memory_mb, lazy=lazy == "1")

@@ -22,7 +22,8 @@ def test_import_alone_changes_nothing(python):
     assert result.stderr == ""
 
 
-def test_env_activation_in_a_child_announces_once(python):
+@pytest.mark.parametrize(("lazy_flag", "mode"), [(None, "eager"), ("0", "eager"), ("1", "lazy")])
+def test_env_activation_in_a_child_announces_once(python, lazy_flag, mode):
     result = python(
         """
         import torch, virtual_hpu
@@ -34,12 +35,13 @@ def test_env_activation_in_a_child_announces_once(python):
         VIRTUAL_HPU="1",
         VIRTUAL_HPU_DEVICES="3",
         VIRTUAL_HPU_GENERATION="gaudi3",
+        **({"PT_HPU_LAZY_MODE": lazy_flag} if lazy_flag is not None else {}),
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["3", "GAUDI3", "hpu:2"]
     lines = [line for line in result.stderr.splitlines() if "Virtual Gaudi" in line]
     assert lines == [
-        "Virtual Gaudi active: 3 x GAUDI3 (host memory), 131072 MiB per device, lazy mode; not a real accelerator"
+        f"Virtual Gaudi active: 3 x GAUDI3 (host memory), 131072 MiB per device, {mode} mode; not a real accelerator"
     ]
 
 
@@ -109,7 +111,9 @@ def test_knob_defaults_and_generation_memory(monkeypatch):
     ):
         monkeypatch.delenv(key, raising=False)
     default = resolve()
-    assert (default.devices, default.generation, default.memory_mb, default.lazy) == (8, "GAUDI2", 98304, True)
+    assert (default.devices, default.generation, default.memory_mb, default.lazy) == (8, "GAUDI2", 98304, False)
+    monkeypatch.setenv("PT_HPU_LAZY_MODE", "1")
+    assert resolve().lazy
     gaudi = resolve(generation="GAUDI")
     assert gaudi.memory_mb == 32768 and not gaudi.fp16_supported
     monkeypatch.setenv("VIRTUAL_HPU_MEMORY_MB", "1024")

@@ -8,13 +8,15 @@ from habana_frameworks.torch.core.step_closure import _mark_step_if_lazy
 from habana_frameworks.torch.utils import experimental, internal, library_loader
 
 
-def test_device_queries():
+@pytest.mark.parametrize("hpu_mode", ["eager", "lazy"])
+def test_device_queries(hpu_mode):
     assert torch.hpu is hthpu
     assert hthpu.is_available() and library_loader.is_habana_available()
     assert hthpu.device_count() == 8 == torch.hpu.device_count()
     assert hthpu.get_device_name() == "GAUDI2"
     assert experimental._get_device_type() == experimental.synDeviceType.synDeviceGaudi2
-    assert experimental._is_fp16_supported() and internal.is_lazy()
+    assert experimental._is_fp16_supported()
+    assert internal.is_lazy() == htcore.is_lazy() == (hpu_mode == "lazy")
     hthpu.set_device(3)
     try:
         assert hthpu.current_device() == 3

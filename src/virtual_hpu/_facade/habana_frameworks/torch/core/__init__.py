@@ -9,7 +9,7 @@ from habana_frameworks.torch import hpu  # noqa: F401  (``core.hpu.Event`` and f
 
 
 def is_lazy() -> bool:
-    """Whether lazy mode is on (``PT_HPU_LAZY_MODE``, default 1), as read at activation."""
+    """Whether lazy mode is on (``PT_HPU_LAZY_MODE``, default 0), as read at activation."""
     import virtual_hpu
 
     return virtual_hpu.config().lazy
