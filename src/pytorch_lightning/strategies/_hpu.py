@@ -6,12 +6,14 @@ from collections.abc import Sequence
 from typing import Any, Callable, Optional, Union
 
 import torch
+import torch.distributed as dist
 from lightning.fabric.plugins import CheckpointIO
 from lightning.fabric.utilities.distributed import _destroy_dist_connection
 from torch import Tensor
 from torch.optim import Optimizer
 
 from pytorch_lightning.plugins.io.hpu import HPUCheckpointIO
+from pytorch_lightning.strategies._sigterm import SigtermAgreement
 
 
 class _HPUStrategyMixin:
@@ -21,10 +23,14 @@ class _HPUStrategyMixin:
     device work ends: after backward, after the optimizer step, and before and after each evaluation step, so graphs
     keep the same shape from step to step and are compiled once. In eager mode there is nothing to cut and we add no
     call. We never read a value back to the host here: that would force the pending graph to run mid-step.
+
+    With several processes, the ranks agree on a SIGTERM over a CPU process group (``sigterm_agreement``) rather than
+    with upstream's per-step broadcast of a device tensor read back on the host.
     """
 
     _checkpoint_io: Optional[CheckpointIO]
     _graph_cut: Optional[Callable[[], None]] = None
+    sigterm_agreement: Optional[SigtermAgreement] = None
 
     @property
     def checkpoint_io(self) -> CheckpointIO:
@@ -48,6 +54,14 @@ class _HPUStrategyMixin:
     def setup_environment(self) -> None:
         self._setup_graph_cuts()
         super().setup_environment()  # type: ignore[misc]
+        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+            self.sigterm_agreement = SigtermAgreement()
+
+    def teardown(self) -> None:
+        if self.sigterm_agreement is not None:
+            self.sigterm_agreement.close()
+            self.sigterm_agreement = None
+        super().teardown()  # type: ignore[misc]
 
     def backward(self, closure_loss: Tensor, optimizer: Optional[Optimizer], *args: Any, **kwargs: Any) -> Tensor:
         output = super().backward(closure_loss, optimizer, *args, **kwargs)  # type: ignore[misc]

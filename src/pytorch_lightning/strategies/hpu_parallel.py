@@ -8,6 +8,7 @@ from lightning.fabric.strategies import _StrategyRegistry
 from lightning.pytorch.overrides.distributed import _register_ddp_comm_hook
 from lightning.pytorch.strategies.ddp import DDPStrategy
 from lightning.pytorch.strategies.launchers.subprocess_script import _SubprocessScriptLauncher
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 from torch import Tensor
 from torch.distributed import ReduceOp
 from typing_extensions import override
@@ -68,9 +69,10 @@ class HPUParallelStrategy(_HPUStrategyMixin, _HPUParallelDevicesMixin, DDPStrate
         Upstream does so only for ``KeyboardInterrupt``. Otherwise a rank outside a collective (in data loading, file
         I/O) keeps its HPU indefinitely, and one inside waits for the process-group ``timeout`` (30 minutes). Failures
         of the other ranks already end the run: Lightning's launcher watches them and kills every process.
+        A SIGTERM ends every rank at the same step by itself (see ``_sigterm.py``): they are left to do so.
         """
         super().on_exception(exception)
-        if isinstance(self._launcher, _SubprocessScriptLauncher):
+        if isinstance(self._launcher, _SubprocessScriptLauncher) and not isinstance(exception, SIGTERMException):
             self._launcher.kill(signal.SIGKILL)
 
     @override

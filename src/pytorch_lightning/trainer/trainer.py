@@ -10,6 +10,7 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_info
 
 from pytorch_lightning import _aliasing
 from pytorch_lightning.accelerators.hpu import HPUAccelerator
+from pytorch_lightning.strategies._sigterm import _SignalConnector, _TrainingEpochLoop
 from pytorch_lightning.trainer.hpu_flags import resolve_hpu_flags
 
 
@@ -24,6 +25,10 @@ class Trainer(_UpstreamTrainer):
     @_defaults_from_env_vars
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**resolve_hpu_flags(kwargs))
+        # upstream's, with the ranks of HPU strategies agreeing on SIGTERM on the host (see ``strategies/_sigterm.py``)
+        self._signal_connector = _SignalConnector(self)
+        steps = self.fit_loop.epoch_loop
+        self.fit_loop.epoch_loop = _TrainingEpochLoop(self, min_steps=steps.min_steps, max_steps=steps.max_steps)
         _log_hpu_info(self)
 
     # LightningCLI/jsonargparse and the ``PL_TRAINER_*`` parser read the signature and docstring of ``__init__``

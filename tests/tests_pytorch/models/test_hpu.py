@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 import torch.nn.functional as F
 from lightning.pytorch.callbacks import ModelCheckpoint
@@ -163,13 +164,19 @@ def test_manual_optimization_with_two_optimizers(tmp_path):
     assert all(not torch.equal(b, a) for b, a in zip(before, after))
 
 
-def _graph_cuts(*args: str, **env: str) -> dict:
+def _graph_cuts_per_rank(*args: str, **env: str) -> dict:
+    """Per-step counter increments of ``helpers/graph_cuts.py`` by rank."""
     script = Path(__file__).parents[1] / "helpers" / "graph_cuts.py"
     result = subprocess.run(
         [sys.executable, str(script), *args], env={**os.environ, **env}, capture_output=True, text=True, timeout=300
     )
-    assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout.strip().splitlines()[-1])
+    assert result.returncode == 0, result.stderr[-3000:]
+    counts = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    return {count.pop("rank"): count for count in counts}
+
+
+def _graph_cuts(*args: str, **env: str) -> dict:
+    return _graph_cuts_per_rank(*args, **env)[0]
 
 
 @RunIf(virtual_hpu=True)
@@ -186,3 +193,17 @@ def test_no_graph_cuts_in_eager_mode():
     counts = _graph_cuts(PT_HPU_LAZY_MODE="0")
     assert counts["mark_steps"] == [0]
     assert counts["host_syncs"] == [0]
+
+
+@RunIf(virtual_hpu=True)
+@pytest.mark.parametrize("strategy", ["hpu_parallel", "hpu_parallel_spawn"])
+def test_data_parallel_step_in_lazy_mode_costs_what_one_device_does(strategy):
+    """No host sync per step (upstream reads a SIGTERM flag back from the device each step; we agree on the host) and
+    the same two graphs as on one device, on every rank."""
+    ranks = _graph_cuts_per_rank("--devices", "2", "--strategy", strategy, PT_HPU_LAZY_MODE="1")
+    assert sorted(ranks) == [0, 1]
+    for counts in ranks.values():
+        assert counts["host_syncs"] == [0]
+        assert counts["mark_steps"] == [2]
+        assert counts["graphs"] == [2]
+        assert len(counts["ops"]) == 1

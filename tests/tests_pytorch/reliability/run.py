@@ -5,7 +5,8 @@
                ``last.ckpt``. Each rank writes its final weights to ``final-rank<r>.pt``.
 ``save``       save ``last.ckpt`` of a model with a large buffer at steps 1 and 2; ``--slow`` stalls the second save
                halfway through writing (the test kills it there).
-``fail``       at step 3 rank ``--failing-rank`` raises in ``training_step``, rank ``--stuck-rank`` hangs there.
+``fail``       at step 3 rank ``--failing-rank`` raises in ``training_step``, rank ``--stuck-rank`` hangs there; without
+               either, trains until stopped. Each rank says how and at which step it stopped.
 ``oom``        a training step allocates more than the virtual device has.
 """
 
@@ -243,8 +244,15 @@ class FailingNet(Net):
         return super().training_step(batch, batch_idx)
 
 
+class ReportStop(Callback):
+    """Says how and at which step each rank stopped training."""
+
+    def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
+        _say(f"rank {trainer.global_rank} stopped by {type(exception).__name__} at step {trainer.global_step}")
+
+
 def fail(args) -> None:
-    trainer = _trainer(args, max_steps=10**6, enable_checkpointing=False)
+    trainer = _trainer(args, max_steps=10**6, enable_checkpointing=False, callbacks=[ReportStop()])
     trainer.fit(FailingNet(args.failing_rank, args.stuck_rank))
 
 
