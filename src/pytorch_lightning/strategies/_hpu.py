@@ -54,6 +54,10 @@ class _HPUStrategyMixin:
     def setup_environment(self) -> None:
         self._setup_graph_cuts()
         super().setup_environment()  # type: ignore[misc]
+        self._setup_sigterm_agreement()
+
+    def _setup_sigterm_agreement(self) -> None:
+        """Once the process group is up: with several processes, the ranks' host-side agreement on SIGTERM."""
         if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
             self.sigterm_agreement = SigtermAgreement()
 

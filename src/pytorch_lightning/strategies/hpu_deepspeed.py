@@ -57,6 +57,7 @@ class HPUDeepSpeedStrategy(_HPUStrategyMixin, _HPUParallelDevicesMixin, DeepSpee
         self._setup_graph_cuts()
         # upstream's `setup_environment` refuses anything but CUDA; the rest of the chain is what we need
         super(DeepSpeedStrategy, self).setup_environment()
+        self._setup_sigterm_agreement()
 
     @override
     def setup_distributed(self) -> None:
