@@ -7,7 +7,6 @@ execution mode (lazy or eager is fixed when the Gaudi is activated), and a subse
 
 import json
 import os
-import re
 import socket
 import subprocess
 import sys
@@ -32,16 +31,6 @@ PARALLEL_PRECISIONS = ("32-true", "bf16-mixed", "bf16-true")
 # - bf16-true: the weights and the loss are bf16 scalars too; the step's loss is known only to one bf16 ulp
 #   (2^-7 relative below a power of two), two ulps allowed.
 TOLERANCES = {"32-true": 1e-5, "bf16-mixed": 1e-2, "16-mixed": 2e-3, "bf16-true": 2**-6}
-
-# Failures of the virtual Gaudi tracked in issue 11 (items 1 and 2), recognised by their message so that a case
-# passes as soon as its bug is fixed and any other error fails: normalisation kernels that refuse bf16/fp16
-# activations with fp32 weights under autocast, and attention masks that require grad sent to a kernel that cannot
-# differentiate them.
-KNOWN_FAILURES = {
-    r"expected scalar type (BFloat16|Half) but found Float": "layer_norm under autocast (issue 11, item 1)",
-    r"Expected scalar types of X and dY are same": "group_norm backward under autocast (issue 11, item 1)",
-    r"not differentiable with respect to argument 'attn_mask'": "SDPA with a mask that requires grad (issue 11, 2)",
-}
 
 
 def _free_port() -> int:
@@ -93,13 +82,10 @@ def two_devices(tmp_path_factory) -> dict:
 
 
 def _assert_trains_like_cpu(case: str, losses, reference, tolerance: float) -> None:
-    """Each step's loss within ``tolerance`` of CPU's; fails naming the case, or xfails on a known bug."""
+    """Each step's loss within ``tolerance`` of CPU's; fails naming the case."""
     if isinstance(reference, str):
         pytest.fail(f"{case} fails on CPU, the reference: {reference}")
     if isinstance(losses, str):
-        for pattern, reason in KNOWN_FAILURES.items():
-            if re.search(pattern, losses):
-                pytest.xfail(f"{case}: {reason}")
         pytest.fail(f"{case} fails on HPU: {losses}")
     assert len(losses) == len(reference), f"{case}: {len(losses)} steps on HPU, {len(reference)} on CPU"
     differences = [abs(hpu - cpu) / abs(cpu) for hpu, cpu in zip(losses, reference)]
