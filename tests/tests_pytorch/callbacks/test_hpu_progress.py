@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from lightning.pytorch.callbacks import Callback, ProgressBar, TQDMProgressBar
+from lightning.pytorch.callbacks import Callback, ProgressBar, RichProgressBar, TQDMProgressBar
 from lightning.pytorch.callbacks.progress.rich_progress import _RICH_AVAILABLE
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
@@ -77,7 +77,9 @@ def test_progress_bar_of_the_user_is_kept(as_list):
 
 def test_no_progress_bar_when_disabled_and_upstream_default_elsewhere():
     assert _bars(pl.Trainer(accelerator="hpu", devices=1, logger=False, enable_progress_bar=False)) == []
-    assert type(pl.Trainer(accelerator="cpu", logger=False).progress_bar_callback) is TQDMProgressBar
+    # upstream's own default: Rich when `rich` is installed (DeepSpeed and transformers bring it), else TQDM
+    upstream_default = RichProgressBar if _RICH_AVAILABLE else TQDMProgressBar
+    assert type(pl.Trainer(accelerator="cpu", logger=False).progress_bar_callback) is upstream_default
 
 
 @pytest.mark.parametrize("rate", [0, -1, True])
