@@ -104,8 +104,8 @@ def test_cpu_stays_cpu():
         (32, "32-true"),
         ("32", "32-true"),
         ("32-true", "32-true"),
-        (16, "16-mixed"),
-        ("16", "16-mixed"),
+        (16, "bf16-mixed"),
+        ("16", "bf16-mixed"),
         ("16-mixed", "16-mixed"),
         ("bf16", "bf16-mixed"),
         ("bf16-mixed", "bf16-mixed"),
@@ -190,7 +190,7 @@ def test_hpu_without_any_gaudi_fails_clearly():
     assert result.stdout.strip().endswith("CPUAccelerator"), result.stderr
 
 
-@pytest.mark.parametrize(("precision", "instead"), [(16, "bf16-mixed"), ("16-true", "bf16-true")])
+@pytest.mark.parametrize(("precision", "instead"), [("16-mixed", "bf16-mixed"), ("16-true", "bf16-true")])
 def test_fp16_refused_on_first_generation_gaudi(precision, instead):
     code = f"import pytorch_lightning as pl; pl.Trainer(accelerator='hpu', devices=1, precision={precision!r})"
     result = _run(code, VIRTUAL_HPU="1", VIRTUAL_HPU_GENERATION="GAUDI")
