@@ -35,5 +35,5 @@ setup(
     package_data={"virtual_hpu": ["csrc/*", "_facade/**/*.py"]},
     python_requires=">=3.9",
     install_requires=_requirements("base"),
-    extras_require={name: _requirements(name) for name in ("test", "docs", "deepspeed", "profiler")},
+    extras_require={name: _requirements(name) for name in ("test", "docs", "deepspeed", "fp8", "profiler")},
 )
