@@ -24,10 +24,7 @@ demo: setup
 	VIRTUAL_HPU=$${VIRTUAL_HPU:-$(VIRTUAL_HPU_DEFAULT)} $(PY) examples/pytorch/hpu_classifier.py --devices 2 --precision bf16-mixed
 
 test: setup
-	# one process per suite: a state leak from tests_pytorch into tests_virtual_hpu's CPU autocast reference is still
-	# open (see the closing note of this stop); each suite alone is green
-	$(PY) -m pytest tests/tests_pytorch
-	$(PY) -m pytest tests/tests_virtual_hpu
+	$(PY) -m pytest tests/tests_pytorch tests/tests_virtual_hpu
 
 lint: setup
 	$(PY) -m ruff check src tests examples benchmarks

@@ -1,7 +1,8 @@
 """DeepSpeed (ZeRO sharding, offload, bf16 optimizers, activation checkpointing) on Intel Gaudi."""
 
-from typing import Any, Optional, Union
+from typing import Any, Callable, Optional, Union
 
+import torch
 from lightning.fabric.strategies import _StrategyRegistry
 from lightning.pytorch.strategies.deepspeed import DeepSpeedStrategy
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
@@ -45,6 +46,7 @@ class HPUDeepSpeedStrategy(_HPUStrategyMixin, _HPUParallelDevicesMixin, DeepSpee
     def __init__(self, *args: Any, process_group_backend: Optional[str] = "hccl", **kwargs: Any) -> None:
         super().__init__(*args, process_group_backend=process_group_backend, **kwargs)
         _refuse_nvme(self.config, kwargs)
+        self._linear_before_setup: Optional[Callable[..., Tensor]] = None
 
     @override
     def setup_environment(self) -> None:
@@ -54,6 +56,7 @@ class HPUDeepSpeedStrategy(_HPUStrategyMixin, _HPUParallelDevicesMixin, DeepSpee
                 " `Trainer(accelerator='hpu')`, or use `DeepSpeedStrategy` for CUDA GPUs."
             )
         _use_deepspeed_hpu_accelerator()
+        self._linear_before_setup = torch.nn.functional.linear
         self._setup_graph_cuts()
         # upstream's `setup_environment` refuses anything but CUDA; the rest of the chain is what we need
         super(DeepSpeedStrategy, self).setup_environment()
@@ -82,6 +85,15 @@ class HPUDeepSpeedStrategy(_HPUStrategyMixin, _HPUParallelDevicesMixin, DeepSpee
         # after `fit`, teardown left a ZeRO-3 model gathered on the host, where DeepSpeed no longer moves it from
         model.to(self.root_device)
         super()._initialize_deepspeed_inference(model)
+
+    @override
+    def teardown(self) -> None:
+        super().teardown()
+        # ZeRO-3's memory-efficient linear replaces `torch.nn.functional.linear` for the whole process and DeepSpeed
+        # leaves it there; its backward autocasts on the HPU, which breaks CPU autocast code run after `fit`
+        if self._linear_before_setup is not None:
+            torch.nn.functional.linear = self._linear_before_setup
+            self._linear_before_setup = None
 
     @override
     def reduce(
