@@ -36,4 +36,6 @@ setup(
     python_requires=">=3.9",
     install_requires=_requirements("base"),
     extras_require={name: _requirements(name) for name in ("test", "docs", "deepspeed", "fp8", "profiler")},
+    # `import torch` activates the virtual Gaudi (only with VIRTUAL_HPU=1), as it loads the real bridge
+    entry_points={"torch.backends": ["virtual_hpu = virtual_hpu._autoload:autoload"]},
 )

@@ -1,0 +1,42 @@
+"""``import torch`` activates the virtual Gaudi the way the real bridge loads itself: eager mode on, lazy mode off."""
+
+import pytest
+
+# `transformers` asks torch for its accelerator while it is imported, before anything of Gaudi's is
+QUERY = """
+import sys
+import torch
+print(torch.accelerator.current_accelerator(), 'habana_frameworks' in sys.modules)
+"""
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        ({"VIRTUAL_HPU": "1"}, "hpu True"),
+        ({"VIRTUAL_HPU": "1", "PT_HPU_LAZY_MODE": "1"}, "None False"),
+        ({"VIRTUAL_HPU": "1", "PT_HPU_LAZY_MODE": "1", "PT_HPU_AUTOLOAD": "1"}, "hpu True"),
+        ({"VIRTUAL_HPU": "1", "PT_HPU_AUTOLOAD": "0"}, "None False"),
+        ({"VIRTUAL_HPU": "1", "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}, "None False"),
+        ({}, "None False"),
+        ({"VIRTUAL_HPU": "0"}, "None False"),
+    ],
+)
+def test_import_torch_loads_the_virtual_gaudi_like_the_bridge(python, env, expected):
+    result = python(QUERY, **env)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split("\n")[-2] == expected
+
+
+def test_bad_autoload_flag_names_the_values(python):
+    result = python(QUERY, VIRTUAL_HPU="1", PT_HPU_AUTOLOAD="yes")
+    assert result.returncode != 0
+    assert "PT_HPU_AUTOLOAD must be 1" in result.stderr
+
+
+def test_lightning_imported_later_still_activates_in_lazy_mode(python):
+    result = python(
+        "import torch, pytorch_lightning; print(torch.hpu.is_available())", VIRTUAL_HPU="1", PT_HPU_LAZY_MODE="1"
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split("\n")[-2] == "True"
