@@ -37,3 +37,6 @@ def hpu_initialize(model: Any = None, mark_only_scales_as_const: bool = True, **
 
 # the real ``core`` imports it, so ``htcore.step_closure._mark_step_if_lazy`` works after ``import ...core``
 from habana_frameworks.torch.core import step_closure  # noqa: E402, F401
+
+# as on the real stack, importing core registers torch.compile's "hpu_backend"
+from habana_frameworks.torch.dynamo import compile_backend  # noqa: E402, F401

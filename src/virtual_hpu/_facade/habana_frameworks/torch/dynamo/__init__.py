@@ -1,0 +1,1 @@
+"""``habana_frameworks.torch.dynamo``: Gaudi's ``torch.compile`` support."""

@@ -1,0 +1,36 @@
+"""``torch.compile(model, backend="hpu_backend")``: dynamo captures the graph, AOT autograd splits forward from
+backward, and each graph is "compiled" for the device: counted in the ``graph_compilation`` metric, then run op by
+op on the virtual Gaudi. Inductor does not generate code for HPUs; this is the backend Gaudi users pass.
+"""
+
+import time
+from typing import Callable
+
+import torch
+from torch._dynamo import register_backend
+from torch._dynamo.backends.common import aot_autograd
+from torch._functorch.aot_autograd import make_boxed_func
+
+from virtual_hpu import compilation
+
+
+def _compile_graph(graph: torch.fx.GraphModule, example_inputs: list) -> Callable:
+    started = time.perf_counter_ns()
+    runner = make_boxed_func(graph.forward)
+    compilation.record(graph, example_inputs, started)
+    return runner
+
+
+_aot_hpu = aot_autograd(fw_compiler=_compile_graph, bw_compiler=_compile_graph)
+
+
+@register_backend(name="hpu_backend")
+def hpu_backend(graph: torch.fx.GraphModule, example_inputs: list, **kwargs) -> Callable:
+    from habana_frameworks.torch.core import is_lazy
+
+    if is_lazy():
+        raise RuntimeError(
+            "torch.compile(backend='hpu_backend') runs in eager mode only, and lazy mode is on (PT_HPU_LAZY_MODE=1)."
+            " Unset PT_HPU_LAZY_MODE (eager is the default), or do not compile in lazy mode."
+        )
+    return _aot_hpu(graph, example_inputs, **kwargs)
