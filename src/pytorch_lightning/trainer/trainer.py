@@ -4,6 +4,7 @@ import inspect
 from typing import Any
 
 import lightning.pytorch.trainer.trainer as _upstream
+from lightning.pytorch import LightningModule
 from lightning.pytorch.trainer.trainer import Trainer as _UpstreamTrainer
 from lightning.pytorch.utilities.argparse import _defaults_from_env_vars
 from lightning.pytorch.utilities.rank_zero import rank_zero_info
@@ -11,6 +12,7 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_info
 from pytorch_lightning import _aliasing
 from pytorch_lightning.accelerators.hpu import HPUAccelerator
 from pytorch_lightning.strategies._sigterm import _SignalConnector, _TrainingEpochLoop
+from pytorch_lightning.trainer._compiled import keep_logging_eager
 from pytorch_lightning.trainer.hpu_flags import resolve_hpu_flags
 
 
@@ -30,6 +32,11 @@ class Trainer(_UpstreamTrainer):
         steps = self.fit_loop.epoch_loop
         self.fit_loop.epoch_loop = _TrainingEpochLoop(self, min_steps=steps.min_steps, max_steps=steps.max_steps)
         _log_hpu_info(self)
+
+    def _run(self, model: LightningModule, *args: Any, **kwargs: Any) -> Any:
+        # every stage (fit, validate, test, predict) hands its unwrapped, possibly compiled, module to `_run`
+        keep_logging_eager(model)
+        return super()._run(model, *args, **kwargs)
 
     # LightningCLI/jsonargparse and the ``PL_TRAINER_*`` parser read the signature and docstring of ``__init__``
     __init__.__signature__ = inspect.signature(_UpstreamTrainer.__init__)  # type: ignore[attr-defined]

@@ -63,6 +63,7 @@ def main() -> None:
     parser.add_argument("--devices", type=int, default=1)
     parser.add_argument("--num-nodes", type=int, default=1)
     parser.add_argument("--strategy", default="auto")
+    parser.add_argument("--compile", action="store_true", help="fit torch.compile(model, backend='hpu_backend')")
     args = parser.parse_args()
     trainer = pl.Trainer(
         accelerator="hpu",
@@ -77,7 +78,10 @@ def main() -> None:
         enable_model_summary=False,
     )
     model = Regression()
-    trainer.fit(model)
+    trainer.fit(torch.compile(model, backend="hpu_backend") if args.compile else model)
+    # importable once the (virtual) Gaudi is loaded, which importing pytorch_lightning does in lazy mode
+    from habana_frameworks.torch.hpu.metrics import metric_global
+
     state = {name: tensor.detach().cpu() for name, tensor in model.state_dict().items()}
     torch.save(
         {
@@ -85,6 +89,7 @@ def main() -> None:
             "world_size": trainer.world_size,
             "strategy": type(trainer.strategy).__name__,
             "loss": float(trainer.callback_metrics["loss"]),
+            "compilations": dict(metric_global("graph_compilation").stats())["TotalNumber"],
         },
         os.path.join(args.out, f"rank{trainer.global_rank}.pt"),
     )

@@ -74,6 +74,15 @@ def test_two_processes_synchronise_gradients(tmp_path, reference):
     assert ranks[0]["loss"] == pytest.approx(ranks[1]["loss"])
 
 
+def test_two_processes_train_a_compiled_module(tmp_path, reference):
+    """DDP over ``torch.compile(model, backend="hpu_backend")``: the eager+compile path of current Gaudi software."""
+    _wait(_run(tmp_path, "--devices", "2", "--strategy", "hpu_parallel", "--compile"))
+    ranks = _states(tmp_path)
+    assert all(r["compilations"] > 0 for r in ranks)
+    _assert_same_parameters(ranks[0]["state"], ranks[1]["state"])
+    _assert_same_parameters(ranks[0]["state"], reference, tolerance=1e-6)
+
+
 def test_two_nodes_one_device_each(tmp_path, reference):
     # what "Scale-out on Gaudis" documents: the same script on each node with MASTER_ADDR, MASTER_PORT, NODE_RANK
     port = str(_free_port())
