@@ -11,10 +11,10 @@ import pytest
 EXAMPLES = Path(__file__).parents[2] / "examples" / "pytorch"
 
 
-def _run(example: str, *arguments: str) -> subprocess.CompletedProcess:
+def _run(example: str, *arguments: str, **env: str) -> subprocess.CompletedProcess:
     result = subprocess.run(
         [sys.executable, str(EXAMPLES / example), *arguments],
-        env={**os.environ, "MASTER_ADDR": "127.0.0.1"},
+        env={**os.environ, "MASTER_ADDR": "127.0.0.1", **env},
         capture_output=True,
         text=True,
         timeout=300,
@@ -29,6 +29,21 @@ def test_demo_on_two_hpus_in_bf16():
     assert "on 2 x HPUAccelerator" in line
     accuracy = float(re.search(r"test_acc=([0-9.]+)", line)[1])
     assert accuracy >= 0.90
+    # the default path compiles; full training batches keep every epoch after the first free of recompilations
+    (count,) = re.findall(r"graph compilations \(hpu_backend, rank 0\): (\d+)", result.stdout)
+    assert 3 <= int(count) <= 8
+
+
+@pytest.mark.parametrize(
+    ("arguments", "env"),
+    [(["--no-compile"], {}), ([], {"PT_HPU_LAZY_MODE": "1"})],
+    ids=["eager-without-compile", "lazy"],
+)
+def test_demo_other_execution_paths(arguments, env):
+    result = _run("hpu_classifier.py", "--precision", "bf16-mixed", "--max-epochs", "3", *arguments, **env)
+    assert "graph compilations" not in result.stdout
+    (line,) = [line for line in result.stdout.splitlines() if line.startswith("final metrics")]
+    assert float(re.search(r"test_acc=([0-9.]+)", line)[1]) >= 0.80
 
 
 @pytest.mark.parametrize("devices", ["1", "2"])
