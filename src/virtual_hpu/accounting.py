@@ -1,4 +1,5 @@
-"""What a lazy-mode Gaudi run would see: graph cuts, ops per graph and device-to-host syncs.
+"""What a Gaudi run would see: graph cuts, ops per graph and device-to-host syncs in lazy mode; graph compilations
+and graph breaks of ``torch.compile(backend="hpu_backend")`` in eager mode.
 
 Counted in C++ with atomic counters, so reading them is cheap; ops are the aten ops that reach the device.
 A host sync (``.item()``, ``.cpu()``, ``.tolist()``, printing, any copy from hpu to cpu) also ends the pending
@@ -6,6 +7,8 @@ graph in lazy mode, as it forces Gaudi to run it.
 """
 
 import torch
+
+from virtual_hpu import compilation
 
 COUNTER_NAMES = (
     "mark_steps",  # htcore.mark_step() calls in lazy mode
@@ -18,10 +21,19 @@ COUNTER_NAMES = (
 )
 
 
+# compilations and graph breaks when this module was last reset: the bridge's metrics keep their own reset
+_compile_base = (0, 0)
+
+
 def counters() -> dict[str, int]:
-    """The counters since activation or the last ``reset()``."""
-    return dict(zip(COUNTER_NAMES, torch.ops.virtual_hpu.counters()))
+    """The counters since activation or the last ``reset()``, plus ``graph_compilations`` and ``graph_breaks``."""
+    counts = dict(zip(COUNTER_NAMES, torch.ops.virtual_hpu.counters()))
+    counts["graph_compilations"] = compilation.totals()[0] - _compile_base[0]
+    counts["graph_breaks"] = compilation.graph_breaks() - _compile_base[1]
+    return counts
 
 
 def reset() -> None:
+    global _compile_base
     torch.ops.virtual_hpu.reset_counters()
+    _compile_base = (compilation.totals()[0], compilation.graph_breaks())

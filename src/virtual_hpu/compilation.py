@@ -2,42 +2,71 @@
 
 The real bridge compiles each graph dynamo hands it (forward and backward separately) into a device recipe; a
 recompilation (new shapes, a guard that failed) is one more. The virtual Gaudi runs the graph's ops one by one, so
-"compiling" is only the bookkeeping the bridge's ``graph_compilation`` metric reports: how many, and how long.
+"compiling" is the bookkeeping the bridge's ``graph_compilation`` metric reports (how many, how long) plus what a
+user needs to find the cause: the ops in each graph, its input shapes and dynamo's reason for recompiling.
 """
 
 import time
 from dataclasses import dataclass, field
+from typing import Optional
 
 import torch
+from torch._dynamo.utils import counters as _dynamo_counters
+from torch._dynamo.utils import guard_failures as _guard_failures
+
+
+@dataclass(frozen=True)
+class CompiledGraph:
+    """One graph compiled for the device."""
+
+    ops: int  # aten ops in the graph
+    input_shapes: tuple
+    reason: Optional[str]  # dynamo's guard failure that caused this recompilation; None for a first compilation
 
 
 @dataclass
 class _Totals:
-    number: int = 0
     time_ns: int = 0
-    shapes: list = field(default_factory=list)
+    graphs: list = field(default_factory=list)
 
 
 _totals = _Totals()
+_reasons_seen = 0
 
 
-def record(graph: torch.fx.GraphModule, example_inputs: list, started_ns: int) -> None:
-    """Count one compiled graph, with its input shapes for the record."""
-    _totals.number += 1
+def new_reason() -> Optional[str]:
+    """Dynamo's guard failures since the last call, joined: why the graph being captured now is a recompilation."""
+    global _reasons_seen
+    reasons = [reason for failures in _guard_failures.values() for reason in failures]
+    fresh, _reasons_seen = reasons[_reasons_seen:], len(reasons)
+    return "; ".join(fresh) or None
+
+
+def record(graph: torch.fx.GraphModule, example_inputs: list, started_ns: int, reason: Optional[str]) -> None:
+    """Count one compiled graph."""
+    ops = sum(1 for node in graph.graph.nodes if node.op == "call_function")
+    shapes = tuple(tuple(t.shape) for t in example_inputs if isinstance(t, torch.Tensor))
+    _totals.graphs.append(CompiledGraph(ops, shapes, reason))
     _totals.time_ns += time.perf_counter_ns() - started_ns
-    _totals.shapes.append([tuple(t.shape) for t in example_inputs if isinstance(t, torch.Tensor)])
 
 
 def totals() -> tuple[int, int]:
     """(graphs compiled, nanoseconds spent) since activation or the last ``reset()``."""
-    return _totals.number, _totals.time_ns
+    return len(_totals.graphs), _totals.time_ns
 
 
-def input_shapes() -> list:
-    """Input shapes of each graph compiled since the last ``reset()``, in order."""
-    return list(_totals.shapes)
+def graphs() -> list[CompiledGraph]:
+    """Each graph compiled since the last ``reset()``, in order."""
+    return list(_totals.graphs)
+
+
+def graph_breaks() -> int:
+    """Graph breaks dynamo took in this process since the last ``reset()`` (each splits a function into graphs)."""
+    return sum(_dynamo_counters["graph_break"].values())
 
 
 def reset() -> None:
     global _totals
     _totals = _Totals()
+    new_reason()
+    _dynamo_counters["graph_break"].clear()

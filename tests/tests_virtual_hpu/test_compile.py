@@ -5,6 +5,8 @@ import torch
 from habana_frameworks.torch.hpu.metrics import metric_global, metric_localcontext
 from torch import nn
 
+from virtual_hpu import accounting, compilation
+
 
 @pytest.fixture(autouse=True)
 def _fresh_dynamo():
@@ -111,3 +113,34 @@ def test_compiling_in_lazy_mode_fails_with_the_fix(python):
     )
     assert result.returncode != 0
     assert "Unset PT_HPU_LAZY_MODE" in result.stderr
+
+
+def test_recompilation_records_ops_shapes_and_dynamos_reason():
+    _, hpu = _pair(_block)
+    compiled = torch.compile(hpu, backend="hpu_backend")
+    compiled(torch.randn(4, 5, 16, device="hpu")).sum().backward()
+    compiled(torch.randn(3, 5, 16, device="hpu")).sum().backward()
+    first_forward, first_backward, forward, backward = compilation.graphs()
+    assert first_forward.reason is None and first_backward.reason is None
+    assert forward.reason is not None and forward.reason == backward.reason
+    assert "size" in forward.reason  # dynamo names the guard on the batch dimension that failed
+    assert first_forward.ops > 10 and first_backward.ops > 10
+    assert (4, 5, 16) in first_forward.input_shapes
+
+
+def test_accounting_counts_compilations_and_graph_breaks_since_its_reset():
+    def broken(x: torch.Tensor) -> torch.Tensor:
+        y = x.sin()
+        torch._dynamo.graph_break()
+        return y.cos()
+
+    compiled = torch.compile(broken, backend="hpu_backend")
+    accounting.reset()
+    compiled(torch.ones(3, device="hpu"))
+    counts = accounting.counters()
+    assert counts["graph_breaks"] == 1
+    assert counts["graph_compilations"] == 2  # one graph on each side of the break
+    accounting.reset()
+    compiled(torch.ones(3, device="hpu"))
+    assert accounting.counters()["graph_compilations"] == 0
+    assert dict(metric_global("graph_compilation").stats())["TotalNumber"] == 2  # the bridge's metric keeps counting

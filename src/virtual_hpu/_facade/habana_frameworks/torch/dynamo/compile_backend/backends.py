@@ -3,8 +3,9 @@ backward, and each graph is "compiled" for the device: counted in the ``graph_co
 op on the virtual Gaudi. Inductor does not generate code for HPUs; this is the backend Gaudi users pass.
 """
 
+import functools
 import time
-from typing import Callable
+from typing import Callable, Optional
 
 import torch
 from torch._dynamo import register_backend
@@ -14,14 +15,11 @@ from torch._functorch.aot_autograd import make_boxed_func
 from virtual_hpu import compilation
 
 
-def _compile_graph(graph: torch.fx.GraphModule, example_inputs: list) -> Callable:
+def _compile_graph(graph: torch.fx.GraphModule, example_inputs: list, reason: Optional[str]) -> Callable:
     started = time.perf_counter_ns()
     runner = make_boxed_func(graph.forward)
-    compilation.record(graph, example_inputs, started)
+    compilation.record(graph, example_inputs, started, reason)
     return runner
-
-
-_aot_hpu = aot_autograd(fw_compiler=_compile_graph, bw_compiler=_compile_graph)
 
 
 @register_backend(name="hpu_backend")
@@ -33,4 +31,6 @@ def hpu_backend(graph: torch.fx.GraphModule, example_inputs: list, **kwargs) -> 
             "torch.compile(backend='hpu_backend') runs in eager mode only, and lazy mode is on (PT_HPU_LAZY_MODE=1)."
             " Unset PT_HPU_LAZY_MODE (eager is the default), or do not compile in lazy mode."
         )
-    return _aot_hpu(graph, example_inputs, **kwargs)
+    # the forward and the backward graph of this capture share the reason it was captured again
+    compile_graph = functools.partial(_compile_graph, reason=compilation.new_reason())
+    return aot_autograd(fw_compiler=compile_graph, bw_compiler=compile_graph)(graph, example_inputs, **kwargs)
