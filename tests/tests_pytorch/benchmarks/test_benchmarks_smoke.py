@@ -16,6 +16,7 @@ BENCHMARKS = Path(__file__).resolve().parents[3] / "benchmarks"
 HEADLINE = re.compile(r"^([A-Za-z_][\w.]*)=([-+0-9.eE]+|nan|inf)$")
 EXPECTED_HEADLINES = {
     "distributed": "ddp_ratio",
+    "execution_modes": "compilations_per_step_compiled",
     "graph_cuts": "host_syncs_per_step_default",
     "trainer_overhead": "overhead_ratio_max",
     "virtual_hpu": "ratio_max",
@@ -81,3 +82,15 @@ def test_what_does_not_depend_on_timing(run_all):
     # the default progress bar does not read the logged loss back after every step
     bar_cost = cuts[("prog_bar every step", "default")][1] - cuts[("prog_bar every step", "off")][1]
     assert bar_cost < 0.1
+    # each execution mode of the demo model after warm-up: no host sync; lazy cuts two graphs; compiled, no step
+    # recompiles and the training step has no graph break
+    modes = {}
+    for line in outputs["execution_modes"].splitlines():
+        cells = [cell.strip() for cell in line.strip("|").split("|")]
+        if cells[0] in ("lazy", "eager", "eager + compile"):
+            modes[cells[0]] = [float(cell) for cell in cells[1:5]]
+    assert modes == {
+        "lazy": [0.0, 2.0, 0.0, 0.0],
+        "eager": [0.0, 0.0, 0.0, 0.0],
+        "eager + compile": [0.0, 0.0, 0.0, 0.0],
+    }
