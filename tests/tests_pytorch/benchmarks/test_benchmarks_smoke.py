@@ -18,6 +18,7 @@ EXPECTED_HEADLINES = {
     "distributed": "ddp_ratio",
     "execution_modes": "compilations_per_step_compiled",
     "graph_cuts": "host_syncs_per_step_default",
+    "real_models": "ratio_max",
     "trainer_overhead": "overhead_ratio_max",
     "virtual_hpu": "ratio_max",
 }
