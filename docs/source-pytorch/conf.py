@@ -20,10 +20,10 @@ def _version() -> str:
 project = "PyTorch Lightning with Gaudi"
 author = "PyTorch Lightning with Gaudi contributors"
 release = version = _version()
-extensions = ["sphinx.ext.autodoc", "sphinx.ext.napoleon", "sphinx.ext.intersphinx"]
+extensions = ["sphinx.ext.autodoc", "sphinx.ext.napoleon", "sphinx.ext.intersphinx", "sphinx_copybutton"]
 intersphinx_mapping = {}
 exclude_patterns = ["build"]
-html_theme = "alabaster"
+html_theme = "furo"
 
 # the API page lists what users call; members come in the order the source defines them
 autodoc_member_order = "bysource"
