@@ -5,7 +5,9 @@ The same model, data, optimizer and seed are trained with ``pl.Trainer(devices=2
 script is rank 0, Lightning starts rank 1, and the two alternate fits of each kind (the order swaps every repeat), each
 fit with its own process group, so machine noise hits both alike and process start-up is paid once. Per kind it
 prints median [min, max] milliseconds per training step on rank 0 after warm-up, and whether both kinds end with the
-same loss; last line ``ddp_ratio=<float>``, the hpu/cpu ratio of the median step times.
+same loss; last line ``ddp_ratio=<float>``, the hpu/cpu ratio of the median step times. On the virtual Gaudi it also
+prints rank 0's host syncs and graphs per steady-state HPU step (targets: 0 and 2, as on one device). The script runs
+in lazy mode, where graph cuts exist, unless ``PT_HPU_LAZY_MODE`` says otherwise.
 
     python benchmarks/distributed.py [--fast] [--repeats N] [--steps N]
 """
@@ -16,9 +18,11 @@ import time
 import warnings
 from argparse import ArgumentParser
 
-from _common import interleaved, print_table, spread, use_gaudi_or_virtual
+from _common import interleaved, is_virtual, print_table, spread, use_gaudi_or_virtual
 
 use_gaudi_or_virtual()
+# the per-step graphs the strategy cuts exist in lazy mode only, the legacy mode, which has to be asked for
+os.environ.setdefault("PT_HPU_LAZY_MODE", "1")
 
 import torch  # noqa: E402
 import torch.distributed  # noqa: E402
@@ -40,6 +44,7 @@ class Classifier(pl.LightningModule):
             nn.Linear(WIDTH, WIDTH), nn.ReLU(), nn.Linear(WIDTH, WIDTH), nn.ReLU(), nn.Linear(WIDTH, CLASSES)
         )
         self.step_starts: list = []
+        self.step_counters: list = []  # the virtual Gaudi's counters at the start of each HPU step
         self.backend = ""
         self.last_loss = None
 
@@ -48,6 +53,10 @@ class Classifier(pl.LightningModule):
 
     def on_train_batch_start(self, batch: tuple, batch_idx: int) -> None:
         self.step_starts.append(time.perf_counter())
+        if self.device.type == "hpu" and is_virtual():
+            from virtual_hpu import accounting
+
+            self.step_counters.append(accounting.counters())
 
     def training_step(self, batch: tuple, batch_idx: int) -> Tensor:
         inputs, targets = batch
@@ -81,8 +90,14 @@ def fit(accelerator: str, steps: int) -> dict:
     # the next fit, possibly of the other kind, starts its own process group
     torch.distributed.destroy_process_group()
     starts = model.step_starts[WARMUP:]
+    counters = model.step_counters[WARMUP:]
+    per_step = {}
+    if counters:
+        first, last, count = counters[0], counters[-1], len(counters) - 1
+        per_step = {key: (last[key] - first[key]) / count for key in ("host_syncs", "graphs")}
     return {
         "ms": [(later - earlier) * 1000 for earlier, later in zip(starts, starts[1:])],
+        "per_step": per_step,
         "backend": model.backend,
         "loss": model.last_loss.cpu(),
     }
@@ -105,7 +120,11 @@ def main() -> None:
     same = all(torch.equal(hpu["loss"], cpu["loss"]) for hpu, cpu in zip(results["hpu"], results["cpu"]))
     for kind, fits in results.items():
         ms = [value for result in fits for value in result["ms"]]
-        rows.append([kind, KINDS[kind], fits[0]["backend"], spread(ms), f"{fits[-1]['loss'].item():.6f}"])
+        counts = fits[-1]["per_step"]
+        syncs, graphs = (f"{counts['host_syncs']:.2f}", f"{counts['graphs']:.2f}") if counts else ("-", "-")
+        rows.append(
+            [kind, KINDS[kind], fits[0]["backend"], spread(ms), syncs, graphs, f"{fits[-1]['loss'].item():.6f}"]
+        )
     # fits of the two kinds taken one after the other saw the same machine load
     ratios = [
         statistics.median(hpu["ms"]) / statistics.median(cpu["ms"]) for hpu, cpu in zip(results["hpu"], results["cpu"])
@@ -114,7 +133,8 @@ def main() -> None:
         f"{RANKS} processes, {repeats} fit(s) x {steps} steps per kind, first {WARMUP} steps of each fit left out;"
         f" MLP {WIDTH}x{WIDTH}x{WIDTH}x{CLASSES}, batch {BATCH} per process, AdamW"
     )
-    print_table(["device", "strategy", "backend", "ms/step (rank 0)", "final loss"], rows)
+    header = ["device", "strategy", "backend", "ms/step (rank 0)", "host syncs/step", "graphs/step", "final loss"]
+    print_table(header, rows)
     print(f"hpu/cpu ratio of the median step times of fits taken one after the other: {spread(ratios, 3)}")
     print(f"final losses of hpu and cpu runs bitwise equal: {'yes' if same else 'no'}")
     print(f"ddp_ratio={statistics.median(ratios):.3f}")

@@ -73,6 +73,9 @@ def test_what_does_not_depend_on_timing(run_all):
     assert len(rows) == 3 and all(row.rstrip(" |").endswith("bitwise") for row in rows)
     # hpu_parallel and CPU DDP end with the same loss
     assert "bitwise equal: yes" in outputs["distributed"]
+    # a 2-process lazy-mode step with nothing logged: no host sync, two graphs, as on one device
+    (hpu_row,) = [line for line in outputs["distributed"].splitlines() if line.startswith("| hpu ")]
+    assert [cell.strip() for cell in hpu_row.strip("|").split("|")][4:6] == ["0.00", "2.00"]
     # nothing logged: one cut after backward, one after the optimizer step, no host sync, with or without the bar
     cuts = {}
     for line in outputs["graph_cuts"].splitlines():
