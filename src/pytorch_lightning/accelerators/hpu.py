@@ -17,10 +17,16 @@ class HPUAccelerator(Accelerator):
     Select it with ``Trainer(accelerator="hpu")``; ``accelerator="auto"`` picks it whenever a Gaudi is present.
     """
 
+    # set by the HPU strategies when they set up: upstream's Trainer pairs an accelerator it does not know with its
+    # CPU/CUDA strategies, which then fail far from the cause (CUDA streams, collectives on the wrong device)
+    driven_by_hpu_strategy: bool = False
+
     @override
     def setup_device(self, device: torch.device) -> None:
         if device.type != "hpu":
-            raise MisconfigurationException(f"Device should be HPU, got {device} instead.")
+            raise MisconfigurationException(_needs_an_hpu_strategy(f"its strategy put the model on `{device}`"))
+        if not self.driven_by_hpu_strategy:
+            raise MisconfigurationException(_needs_an_hpu_strategy("its strategy is not one of them"))
 
     @override
     def get_device_stats(self, device: _DEVICE) -> dict[str, Any]:
@@ -121,3 +127,11 @@ class HPUAccelerator(Accelerator):
     @override
     def register_accelerators(cls, accelerator_registry: _AcceleratorRegistry) -> None:
         accelerator_registry.register(cls.name(), cls, description=cls.__name__)
+
+
+def _needs_an_hpu_strategy(problem: str) -> str:
+    return (
+        f"`HPUAccelerator` trains only under an HPU strategy, but {problem}. Upstream's `lightning.pytorch.Trainer`"
+        " does not choose HPU strategies: use `pytorch_lightning.Trainer(accelerator='hpu', ...)`, or pass"
+        " `strategy=SingleHPUStrategy()` or `strategy=HPUParallelStrategy()` explicitly."
+    )

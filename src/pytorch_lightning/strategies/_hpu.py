@@ -42,6 +42,11 @@ class _HPUStrategyMixin:
     def checkpoint_io(self, io: Optional[CheckpointIO]) -> None:
         self._checkpoint_io = io
 
+    def _setup_hpu(self) -> None:
+        """The first step of every HPU strategy's set-up, before the accelerator's ``setup_device``."""
+        self.accelerator.driven_by_hpu_strategy = True  # type: ignore[union-attr]
+        self._setup_graph_cuts()
+
     def _setup_graph_cuts(self) -> None:
         import habana_frameworks.torch.core as htcore
 
@@ -52,7 +57,7 @@ class _HPUStrategyMixin:
             self._graph_cut()
 
     def setup_environment(self) -> None:
-        self._setup_graph_cuts()
+        self._setup_hpu()
         super().setup_environment()  # type: ignore[misc]
         self._setup_sigterm_agreement()
 

@@ -57,7 +57,7 @@ class HPUDeepSpeedStrategy(_HPUStrategyMixin, _HPUParallelDevicesMixin, DeepSpee
             )
         _use_deepspeed_hpu_accelerator()
         self._linear_before_setup = torch.nn.functional.linear
-        self._setup_graph_cuts()
+        self._setup_hpu()
         # upstream's `setup_environment` refuses anything but CUDA; the rest of the chain is what we need
         super(DeepSpeedStrategy, self).setup_environment()
         self._setup_sigterm_agreement()

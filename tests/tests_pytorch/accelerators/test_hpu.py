@@ -111,3 +111,50 @@ def test_float64_model_trains_with_float32_precision():
     difference = (model.layer.weight.detach().cpu() - reference.layer.weight.detach()).abs().max().item()
     # float32 rounding, not float64's, yet the same training
     assert 0 < difference < 1e-5
+
+
+@pytest.mark.parametrize(
+    ("strategy", "problem"),
+    [({}, "put the model on `cpu`"), ({"strategy": "ddp"}, "its strategy is not one of them")],
+    ids=["auto", "ddp"],
+)
+def test_upstream_trainer_without_an_hpu_strategy_fails_early_naming_the_fixes(strategy, problem, tmp_path):
+    import lightning.pytorch as upstream
+
+    trainer = upstream.Trainer(
+        accelerator=HPUAccelerator(), devices=1, max_steps=1, default_root_dir=tmp_path, logger=False, **strategy
+    )
+    model = BoringModel()
+    with pytest.raises(MisconfigurationException, match=problem) as raised:
+        trainer.fit(model)
+    assert "pytorch_lightning.Trainer(accelerator='hpu'" in str(raised.value)
+    assert "strategy=SingleHPUStrategy()" in str(raised.value)
+    assert model.device.type == "cpu"  # refused before anything was moved or wrapped
+
+
+def test_upstream_trainer_with_an_explicit_hpu_strategy_trains(tmp_path):
+    import lightning.pytorch as upstream
+
+    from pytorch_lightning.strategies import SingleHPUStrategy
+
+    trainer = upstream.Trainer(
+        accelerator=HPUAccelerator(), strategy=SingleHPUStrategy(), max_steps=2, default_root_dir=tmp_path, logger=False
+    )
+    trainer.fit(BoringModel())
+    assert trainer.global_step == 2
+
+
+def test_upstream_trainer_on_two_devices_stops_every_rank_with_the_error(tmp_path):
+    script = tmp_path / "upstream.py"
+    script.write_text(
+        "import lightning.pytorch as upstream\n"
+        "from lightning.pytorch.demos.boring_classes import BoringModel\n"
+        "from pytorch_lightning.accelerators import HPUAccelerator\n"
+        "upstream.Trainer(accelerator=HPUAccelerator(), devices=2, max_steps=1, logger=False).fit(BoringModel())\n"
+    )
+    env = {**os.environ, "MASTER_ADDR": "127.0.0.1"}
+    result = subprocess.run(
+        [sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180
+    )
+    assert result.returncode != 0
+    assert result.stderr.count("`HPUAccelerator` trains only under an HPU strategy") == 2, result.stderr[-3000:]

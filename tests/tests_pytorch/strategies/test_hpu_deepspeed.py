@@ -340,8 +340,11 @@ def test_two_optimizers_are_refused():
         _trainer("hpu_deepspeed").fit(TwoOptimizers())
 
 
-def test_deepspeed_imported_first_still_uses_the_hpu(tmp_path):
-    """DeepSpeed detects its accelerator when imported; before ``pytorch_lightning`` it finds none and picks the CPU."""
+@pytest.mark.parametrize(("autoload", "detected"), [("1", "hpu"), ("0", "cpu")])
+def test_deepspeed_imported_first_still_uses_the_hpu(tmp_path, autoload, detected):
+    """DeepSpeed detects its accelerator when imported. With Gaudi loaded on ``import torch`` (autoload, the eager-mode
+    default) it finds the HPU; without, it picks the CPU, and the strategy switches it to the HPU."""
+    import os
     import subprocess
     import sys
 
@@ -349,7 +352,7 @@ def test_deepspeed_imported_first_still_uses_the_hpu(tmp_path):
     script.write_text(
         "import deepspeed\n"
         "from deepspeed.accelerator import get_accelerator\n"
-        "assert get_accelerator().device_name() == 'cpu', get_accelerator().device_name()\n"
+        f"assert get_accelerator().device_name() == {detected!r}, get_accelerator().device_name()\n"
         "import torch\n"
         "import pytorch_lightning as pl\n"
         "from lightning.pytorch.demos.boring_classes import BoringModel\n"
@@ -360,6 +363,7 @@ def test_deepspeed_imported_first_still_uses_the_hpu(tmp_path):
         "assert trainer.strategy.deepspeed_engine.device.type == 'hpu'\n"
         "print('ok')\n"
     )
-    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    env = {**os.environ, "PT_HPU_AUTOLOAD": autoload}
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, env=env)
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.strip().endswith("ok")
