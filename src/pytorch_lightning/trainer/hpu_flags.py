@@ -19,7 +19,7 @@ from lightning.fabric.plugins.environments import (
 from lightning.pytorch.accelerators import Accelerator
 from lightning.pytorch.callbacks import ProgressBar
 from lightning.pytorch.callbacks.progress.rich_progress import _RICH_AVAILABLE
-from lightning.pytorch.plugins.precision import DeepSpeedPrecision, Precision
+from lightning.pytorch.plugins.precision import DeepSpeedPrecision, MixedPrecision, Precision
 from lightning.pytorch.strategies import Strategy, StrategyRegistry
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
@@ -208,6 +208,11 @@ def _hpu_precision(precision: Optional[Union[str, int]], plugins: list[Any], dee
         if deepspeed and type(plugin) is DeepSpeedPrecision:
             # as on CUDA, the examples of earlier releases pass upstream's plugin
             ours = HPUDeepSpeedPrecisionPlugin(plugin.precision)
+            return {"precision": precision, "plugins": [ours if p is plugin else p for p in plugins]}
+        if not deepspeed and type(plugin) is MixedPrecision and plugin.device == "hpu":
+            # lightning-habana accepted upstream's autocast plugin for the HPU; ours autocasts the same way and adds
+            # Gaudi's rules (op lists, fp16 only from Gaudi2 on)
+            ours = HPUPrecisionPlugin(plugin.precision)
             return {"precision": precision, "plugins": [ours if p is plugin else p for p in plugins]}
         if type(plugin) is not Precision and not isinstance(plugin, hpu_plugin):
             raise MisconfigurationException(

@@ -174,3 +174,29 @@ def test_invalid_settings(kwargs, error, match):
 def test_unknown_op_names_are_refused(tmp_path):
     with pytest.raises(ValueError, match=r"ops that do not exist: \['lineer'\]"):
         HPUPrecisionPlugin("bf16-mixed", bf16_file_path=_op_list(tmp_path, "bf16.txt", ["linear", "lineer"]))
+
+
+def test_upstream_mixed_precision_for_hpu_is_accepted(tmp_path):
+    """lightning-habana accepted ``MixedPrecision(..., device="hpu")`` in ``plugins``; it trains in bf16 autocast."""
+    from lightning.pytorch.plugins.precision import MixedPrecision
+
+    class RecordsDtype(BoringModel):
+        def training_step(self, batch, batch_idx):
+            out = self.layer(batch)
+            self.activation_dtype = out.dtype
+            return out.float().sum()
+
+    model = RecordsDtype()
+    trainer = pl.Trainer(
+        accelerator="hpu",
+        devices=1,
+        plugins=[MixedPrecision("bf16-mixed", device="hpu")],
+        max_steps=1,
+        default_root_dir=tmp_path,
+        logger=False,
+        enable_checkpointing=False,
+    )
+    trainer.fit(model)
+    assert isinstance(trainer.precision_plugin, HPUPrecisionPlugin)
+    assert trainer.precision_plugin.precision == "bf16-mixed"
+    assert model.activation_dtype == torch.bfloat16
