@@ -200,3 +200,19 @@ def test_upstream_mixed_precision_for_hpu_is_accepted(tmp_path):
     assert isinstance(trainer.precision_plugin, HPUPrecisionPlugin)
     assert trainer.precision_plugin.precision == "bf16-mixed"
     assert model.activation_dtype == torch.bfloat16
+
+
+def test_op_lists_leave_the_environment_as_found_after_the_run(tmp_path, monkeypatch):
+    for variable in ("LOWER_LIST", "FP32_LIST", "PT_HPU_LAZY_MODE"):
+        monkeypatch.delenv(variable, raising=False)
+    lower, fp32 = tmp_path / "lower.txt", tmp_path / "fp32.txt"
+    lower.write_text("linear\n")
+    fp32.write_text("softmax\n")
+    plugin = HPUPrecisionPlugin("bf16-mixed", bf16_file_path=str(lower), fp32_file_path=str(fp32))
+    # set while the run lasts, so that processes the strategy launches get the lists
+    assert os.environ["LOWER_LIST"] == str(lower.resolve())
+    trainer = pl.Trainer(
+        accelerator="hpu", devices=1, plugins=[plugin], max_steps=1, default_root_dir=tmp_path, logger=False
+    )
+    trainer.fit(BoringModel())
+    assert not {"LOWER_LIST", "FP32_LIST", "PT_HPU_LAZY_MODE"} & set(os.environ)

@@ -30,6 +30,8 @@ _NEEDS_GAUDI2 = {"16-mixed": "bf16-mixed", "16-true": "bf16-true"}
 _HMP_PARAMS = {"level": "opt_level", "verbose": "verbose", "bf16_ops": "bf16_file_path", "fp32_ops": "fp32_file_path"}
 # Gaudi's autocast reads its lower-precision and fp32 op lists from the files these variables name
 _OP_LIST_VARIABLES = {"bf16_file_path": "LOWER_LIST", "fp32_file_path": "FP32_LIST"}
+# what installing the op lists sets in the process environment (the bridge records the mode too); put back at teardown
+_INSTALLED_VARIABLES = ("LOWER_LIST", "FP32_LIST", "PT_HPU_LAZY_MODE")
 
 
 class HPUPrecisionPlugin(Precision):
@@ -81,6 +83,7 @@ class HPUPrecisionPlugin(Precision):
             variable: _validated_op_list(settings[argument] or os.environ.get(variable), argument, variable)
             for argument, variable in _OP_LIST_VARIABLES.items()
         }
+        self._environment_before = {variable: os.environ.get(variable) for variable in _INSTALLED_VARIABLES}
         if self.precision in _AUTOCAST_DTYPES:
             if any(self.op_list_files.values()):
                 _install_op_lists(self.op_list_files)
@@ -114,6 +117,16 @@ class HPUPrecisionPlugin(Precision):
     @override
     def convert_input(self, data: Any) -> Any:
         return data if self._half is None else self._half.convert_input(data)
+
+    @override
+    def teardown(self) -> None:
+        """Leave the environment as construction found it; processes launched by the strategy have inherited it."""
+        super().teardown()
+        for variable, value in self._environment_before.items():
+            if value is None:
+                os.environ.pop(variable, None)
+            else:
+                os.environ[variable] = value
 
 
 def _validate_precision(precision: Union[str, int]) -> str:
