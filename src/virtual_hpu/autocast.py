@@ -12,6 +12,8 @@ from typing import Optional
 
 import torch
 
+from virtual_hpu import op_names
+
 DEFAULT_LOWER = (
     "addmm",
     "addbmm",
@@ -99,37 +101,18 @@ _lower: tuple[str, ...] = ()
 _fp32: tuple[str, ...] = ()
 
 
-def _overloads(name: str) -> list[str]:
-    """All ``aten`` overloads of ``name`` except ``out`` variants, as ``name`` or ``name.overload``."""
-    packet = getattr(torch.ops.aten, name)
-    found = []
-    for overload in packet.overloads():
-        schema = getattr(packet, overload)._schema
-        if not any(argument.is_out for argument in schema.arguments):
-            found.append(name if overload == "default" else f"{name}.{overload}")
-    return found
-
-
-def _validate(names: Iterable[str], source: str) -> tuple[str, ...]:
-    cleaned = tuple(dict.fromkeys(n.strip() for n in names if n.strip()))
-    unknown = [n for n in cleaned if not hasattr(torch.ops.aten, n) or not _overloads(n)]
-    if unknown:
-        raise ValueError(f"Unknown aten op name(s) in {source}: {', '.join(unknown)}")
-    return cleaned
-
-
 def set_op_lists(lower: Optional[Iterable[str]] = None, fp32: Optional[Iterable[str]] = None) -> None:
-    """Replace the lower-precision and/or fp32 op lists (``None`` keeps a list); raises ``ValueError`` for
-    names that are not aten ops."""
+    """Replace the lower-precision and/or fp32 op lists (``None`` keeps a list). Names are aten op names or the
+    aliases Gaudi's lists use (``virtual_hpu.op_names``); any other name raises ``ValueError`` with the closest."""
     global _lower, _fp32
-    new_lower = _lower if lower is None else _validate(lower, "the lower-precision list")
-    new_fp32 = _fp32 if fp32 is None else _validate(fp32, "the fp32 list")
+    new_lower = _lower if lower is None else op_names.resolve(lower, "The lower-precision list")
+    new_fp32 = _fp32 if fp32 is None else op_names.resolve(fp32, "The fp32 list")
     lower_ops, input_ops, fp32_ops = [], [], []
     for name in new_lower:
-        (input_ops if name in _INPUT_ONLY else lower_ops).extend(_overloads(name))
+        (input_ops if name in _INPUT_ONLY else lower_ops).extend(op_names.overloads(name))
     for name in new_fp32:
         if name not in new_lower:
-            fp32_ops.extend(_overloads(name))
+            fp32_ops.extend(op_names.overloads(name))
     torch.ops.virtual_hpu.set_autocast_ops(lower_ops, input_ops, fp32_ops)
     _lower, _fp32 = new_lower, new_fp32
 
@@ -153,6 +136,10 @@ def set_op_lists_from_env() -> None:
     """Install the default lists, replaced by the files named in ``LOWER_LIST`` / ``FP32_LIST`` if set."""
     lower = _read_list("LOWER_LIST")
     fp32 = _read_list("FP32_LIST")
+    if lower is not None:
+        lower = list(op_names.resolve(lower, f"LOWER_LIST={os.environ['LOWER_LIST']!r}"))
+    if fp32 is not None:
+        fp32 = list(op_names.resolve(fp32, f"FP32_LIST={os.environ['FP32_LIST']!r}"))
     set_op_lists(
         lower if lower is not None else DEFAULT_LOWER,
         fp32 if fp32 is not None else DEFAULT_FP32,

@@ -109,3 +109,33 @@ def test_fp16_is_refused_on_first_generation_gaudi(python):
     )
     assert result.stdout.split() == ["False", "torch.bfloat16"]
     assert "float16 autocast is not supported on first-generation Gaudi" in result.stderr
+
+
+def test_gaudi_and_hmp_op_names_map_to_the_aten_ops_autocast_sees():
+    autocast.set_op_lists(lower=["linear"], fp32=["cross_entropy", "truediv", "log_softmax", "nll_loss"])
+    try:
+        assert autocast.op_lists() == (("linear",), ("cross_entropy_loss", "div", "log_softmax", "nll_loss"))
+        logits = torch.randn(4, 5, device="hpu").bfloat16()
+        with torch.autocast("hpu", dtype=torch.bfloat16):
+            loss = nn.functional.cross_entropy(logits, torch.tensor([0, 1, 2, 3], device="hpu"))
+            ratio = logits / 2
+        assert loss.dtype == torch.float32 and ratio.dtype == torch.float32
+    finally:
+        autocast.set_op_lists_from_env()
+
+
+def test_a_typo_in_an_op_list_names_the_closest_ops():
+    with pytest.raises(ValueError, match=r"'lienar' \(did you mean 'linear'"):
+        autocast.set_op_lists(lower=["lienar"])
+
+
+@pytest.mark.parametrize(("content", "ok"), [("cross_entropy\ntruediv\n", True), ("cross_entropi\n", False)])
+def test_fp32_list_with_hmp_names_is_read_at_activation(python, tmp_path, content, ok):
+    fp32 = tmp_path / "fp32.txt"
+    fp32.write_text(content)
+    result = python("import torch; print(torch.hpu.is_available())", VIRTUAL_HPU="1", FP32_LIST=str(fp32))
+    if ok:
+        assert result.returncode == 0, result.stderr
+    else:
+        assert result.returncode != 0
+        assert "did you mean 'cross_entropy'" in result.stderr and "FP32_LIST=" in result.stderr

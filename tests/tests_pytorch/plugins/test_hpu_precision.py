@@ -172,7 +172,7 @@ def test_invalid_settings(kwargs, error, match):
 
 
 def test_unknown_op_names_are_refused(tmp_path):
-    with pytest.raises(ValueError, match=r"ops that do not exist: \['lineer'\]"):
+    with pytest.raises(ValueError, match=r"ops that do not exist: 'lineer' \(did you mean 'linear'"):
         HPUPrecisionPlugin("bf16-mixed", bf16_file_path=_op_list(tmp_path, "bf16.txt", ["linear", "lineer"]))
 
 
@@ -216,3 +216,13 @@ def test_op_lists_leave_the_environment_as_found_after_the_run(tmp_path, monkeyp
     )
     trainer.fit(BoringModel())
     assert not {"LOWER_LIST", "FP32_LIST", "PT_HPU_LAZY_MODE"} & set(os.environ)
+
+
+def test_op_list_files_take_gaudi_names_and_name_the_closest_for_a_typo(tmp_path):
+    lower, fp32 = tmp_path / "lower.txt", tmp_path / "fp32.txt"
+    lower.write_text("linear\nmatmul\n")
+    fp32.write_text("# Lightning 1.x's example list\ncross_entropy\nlog_softmax\nnll_loss\ntruediv\n")
+    HPUPrecisionPlugin("bf16-mixed", bf16_file_path=str(lower), fp32_file_path=str(fp32))
+    lower.write_text("lienar\n")
+    with pytest.raises(ValueError, match=r"`bf16_file_path`.*'lienar' \(did you mean 'linear'"):
+        HPUPrecisionPlugin("bf16-mixed", bf16_file_path=str(lower))

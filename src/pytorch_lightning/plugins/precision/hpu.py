@@ -181,13 +181,11 @@ def _validated_op_list(path: Optional[str], argument: str, variable: str) -> Opt
             f"The op list for `{argument}` (Gaudi's {variable}) does not exist: {str(file)!r}. Pass the path of a"
             " text file with one op name per line."
         )
-    names = [line.strip() for line in file.read_text().splitlines() if line.strip() and not line.startswith("#")]
-    unknown = [name for name in names if not hasattr(torch.ops.aten, name)]
-    if unknown:
-        raise ValueError(
-            f"The op list {str(file)!r} names ops that do not exist: {unknown}. Use aten op names such"
-            " as 'linear', 'matmul' or 'softmax'."
-        )
+    # Gaudi's own names for ops (aten names, and those of its published lists and of HMP files); importing it
+    # activates nothing
+    from virtual_hpu.op_names import resolve
+
+    resolve(file.read_text().splitlines(), f"The op list {str(file)!r} (`{argument}`)")
     return str(file.resolve())
 
 
