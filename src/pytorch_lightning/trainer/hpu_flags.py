@@ -44,9 +44,9 @@ def resolve_hpu_flags(flags: dict[str, Any]) -> dict[str, Any]:
         strategy = strategy.lower()
     if not _uses_hpu(accelerator, strategy):
         return flags
-    # a script moved from CUDA keeps its DeepSpeed strategy names
+    # a script moved from CUDA keeps its data-parallel and DeepSpeed strategy names
     if isinstance(strategy, str):
-        strategy = hpu_name_of(strategy) or strategy
+        strategy = hpu_name_of(strategy) or _CUDA_DATA_PARALLEL.get(strategy, strategy)
 
     if not HPUAccelerator.is_available():
         raise MisconfigurationException(
@@ -186,6 +186,10 @@ def _validate_rendezvous(num_nodes: int) -> None:
             f"`NODE_RANK={node_rank}` is not a node of `Trainer(num_nodes={num_nodes})`. Set it to a number from 0 to"
             f" {num_nodes - 1}, a different one per node, 0 on the node at `MASTER_ADDR`."
         )
+
+
+# upstream's data-parallel names -> the HPU strategy that does the same over HCCL
+_CUDA_DATA_PARALLEL = {"ddp": "hpu_parallel", "ddp_spawn": "hpu_parallel_spawn"}
 
 
 def _is_single(strategy: Union[str, Strategy]) -> bool:

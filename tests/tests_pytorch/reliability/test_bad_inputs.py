@@ -123,10 +123,10 @@ ROWS = [
         _hpu(strategy="hpu_paralel"),
     ),
     BadInput(
-        "accelerator='hpu', strategy='ddp'",
+        "accelerator='hpu', strategy='ddp_notebook'",
         _MISCONF,
-        ("strategy='ddp'", "Choose one of hpu_ddp,"),
-        _hpu(strategy="ddp", devices=2),
+        ("strategy='ddp_notebook'", "Choose one of hpu_ddp,"),
+        _hpu(strategy="ddp_notebook", devices=2),
     ),
     BadInput(
         "accelerator='hpu', strategy='fsdp'",

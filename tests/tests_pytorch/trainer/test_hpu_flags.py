@@ -132,7 +132,7 @@ def test_user_checkpoint_io_is_respected():
 @pytest.mark.parametrize(
     ("flags", "match"),
     [
-        ({"accelerator": "hpu", "strategy": "ddp", "devices": 2}, "HPUs train with an HPU strategy"),
+        ({"accelerator": "hpu", "strategy": "ddp_notebook", "devices": 2}, "HPUs train with an HPU strategy"),
         ({"accelerator": "hpu", "strategy": DDPStrategy()}, "HPUs train with an HPU strategy"),
         ({"accelerator": "hpu", "strategy": "hpu_nonexistent"}, "Choose one of .*hpu_parallel"),
         ({"accelerator": "cpu", "strategy": "hpu_parallel"}, "runs on HPUs but `accelerator='cpu'`"),
@@ -197,3 +197,12 @@ def test_fp16_refused_on_first_generation_gaudi(precision, instead):
     assert result.returncode != 0 and "needs Gaudi2 or newer" in result.stderr
     assert f"Use `precision={instead!r}`" in result.stderr
     assert _run(code, VIRTUAL_HPU="1", VIRTUAL_HPU_GENERATION="GAUDI2").returncode == 0
+
+
+@pytest.mark.parametrize(("name", "start_method"), [("ddp", "popen"), ("ddp_spawn", "spawn")])
+def test_cuda_data_parallel_names_mean_hpu_parallel(name, start_method):
+    from pytorch_lightning.strategies import HPUParallelStrategy
+
+    trainer = _trainer(accelerator="hpu", strategy=name, devices=2)
+    assert type(trainer.strategy) is HPUParallelStrategy
+    assert trainer.strategy._start_method == start_method
