@@ -22,8 +22,8 @@ def use_gaudi_or_virtual() -> None:
     On a shared machine with few cores, ops that wait for a second intra-op thread make step times swing tenfold;
     both sides of every comparison get the same setting. Must run before ``torch`` and ``pytorch_lightning`` are
     imported: the variables are read at import and inherited by workers.
-    This folder leaves the import path (``virtual_hpu.py`` here would shadow the package of that name), and the
-    repository's sources are used when the package is not installed.
+    This folder leaves the import path (a module here must never shadow a package: ``import torch`` imports
+    ``virtual_hpu._autoload``), and the repository's sources are used when the package is not installed.
     """
     sys.path[:] = [path for path in sys.path if Path(path or ".").resolve() != HERE]
     if importlib.util.find_spec("pytorch_lightning") is None:

@@ -20,7 +20,7 @@ EXPECTED_HEADLINES = {
     "graph_cuts": "host_syncs_per_step_default",
     "real_models": "ratio_max",
     "trainer_overhead": "overhead_ratio_max",
-    "virtual_hpu": "ratio_max",
+    "virtual_device": "ratio_max",
 }
 
 
@@ -48,7 +48,7 @@ def test_every_benchmark_runs_and_ends_with_its_headline(run_all):
         assert match, f"{name}.py ended with {lines[-1]!r}"
         if name in EXPECTED_HEADLINES:
             assert match[1] == EXPECTED_HEADLINES[name]
-        if name != "virtual_hpu":  # that one prints aligned columns of its own
+        if name != "virtual_device":  # that one prints aligned columns of its own
             assert any(line.startswith("|-") for line in lines), f"{name}.py has no table"
 
 

@@ -4,7 +4,7 @@ Each case builds one model per device from the same seed and times both devices 
 alternates between repeats), so machine noise hits both sides alike. Prints median/min/max milliseconds per step,
 the hpu/cpu ratio of medians per case and, as the last line, ``ratio_max=<float>``.
 
-    PYTHONPATH=src python benchmarks/virtual_hpu.py [--fast] [--repeats N] [--steps N]
+    PYTHONPATH=src python benchmarks/virtual_device.py [--fast] [--repeats N] [--steps N]
 """
 
 import argparse
