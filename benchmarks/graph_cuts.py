@@ -6,7 +6,8 @@ trains a small model with ``pl.Trainer(accelerator="hpu", devices=1)`` and reads
 training step; after warm-up it reports the mean per step of mark_step calls, host syncs and graphs, ops per graph,
 and the median host time per step. Cases: nothing logged, ``self.log("loss", loss, prog_bar=True)`` every step,
 ``self.log("loss", loss)`` to a logger with ``log_every_n_steps=50``, both, and the epoch-level progress-bar value
-(``on_step=False, on_epoch=True``); each with the progress bar off and with the Trainer's default one.
+(``on_step=False, on_epoch=True``); each with the progress bar off and with the Trainer's default one; and nothing
+logged on 2 devices (``hpu_parallel``), from rank 0.
 
 What logging costs, as measured (host syncs per step; the graphs themselves do not change):
 
@@ -28,12 +29,15 @@ recipe. It needs the virtual Gaudi's counters: on a real Gaudi the script says s
     python benchmarks/graph_cuts.py [--fast] [--steps N]
 """
 
+import json
 import os
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 import warnings
-from argparse import ArgumentParser
+from argparse import SUPPRESS, ArgumentParser
 from contextlib import redirect_stdout
 from dataclasses import dataclass
 from typing import Optional
@@ -53,6 +57,7 @@ import pytorch_lightning as pl  # noqa: E402
 
 WARMUP = 3
 HEADLINE_CASE = ("prog_bar every step + logger", "default")
+TWO_PROCESSES = "nothing, 2 processes (rank 0)"
 
 
 @dataclass(frozen=True)
@@ -96,15 +101,15 @@ class LoggingModel(pl.LightningModule):
         return torch.optim.SGD(self.parameters(), lr=0.1)
 
 
-def measure(logging: Logging, progress_bar: bool, steps: int, log_dir: str) -> dict:
-    """Per-step counter increments over ``steps`` steady-state steps."""
+def measure(logging: Logging, progress_bar: bool, steps: int, log_dir: str, devices: int = 1) -> dict:
+    """Per-step counter increments over ``steps`` steady-state steps (this rank's, with several devices)."""
     torch.manual_seed(0)
     total = WARMUP + steps + 1  # the snapshot at the start of the last step closes the window
     data = TensorDataset(torch.randn(total * 16, 32), torch.randint(0, 2, (total * 16,)))
     model = LoggingModel(logging.log_kwargs)
     trainer = pl.Trainer(
         accelerator="hpu",
-        devices=1,
+        devices=devices,
         max_steps=total,
         enable_progress_bar=progress_bar,
         enable_checkpointing=False,
@@ -127,11 +132,29 @@ def measure(logging: Logging, progress_bar: bool, steps: int, log_dir: str) -> d
     }
 
 
+def measure_two_processes(steps: int) -> dict:
+    """The nothing-logged case under ``hpu_parallel`` on 2 devices, in a child process: Lightning starts its rank 1
+    from that child's command line, so this script's own cases do not run twice."""
+    command = [sys.executable, __file__, "--two-processes", "--steps", str(steps)]
+    env = {**os.environ, "MASTER_ADDR": os.environ.get("MASTER_ADDR", "127.0.0.1")}
+    result = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise RuntimeError(f"the 2-process case failed:\n{result.stderr[-3000:]}")
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
 def main() -> None:
     parser = ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--fast", action="store_true", help="accepted for run_all.py; counts need no repeats")
     parser.add_argument("--steps", type=int, default=100, help="steady-state steps per case")
+    parser.add_argument("--two-processes", action="store_true", help=SUPPRESS)
     args = parser.parse_args()
+    if args.two_processes:
+        with tempfile.TemporaryDirectory() as log_dir:
+            result = measure(LOGGING[0], False, args.steps, log_dir, devices=2)
+        if int(os.environ.get("LOCAL_RANK", 0)) == 0:
+            print(json.dumps(result))
+        return
     if not is_virtual():
         print("graph_cuts.py reads the virtual Gaudi's counters; run it with VIRTUAL_HPU=1 on a machine without Gaudi")
         print("host_syncs_per_step_default=nan")
@@ -156,6 +179,18 @@ def main() -> None:
                         f"{result['ms']:.2f}",
                     ]
                 )
+    two = measure_two_processes(args.steps)
+    rows.append(
+        [
+            TWO_PROCESSES,
+            "off",
+            f"{two['mark_steps']:.2f}",
+            f"{two['host_syncs']:.2f}",
+            f"{two['graphs']:.2f}",
+            f"{two['ops_per_graph']:.1f}",
+            f"{two['ms']:.2f}",
+        ]
+    )
     print(f"per training step, mean over {args.steps} steps after {WARMUP} warm-up steps (lazy mode)")
     print_table(
         ["logging", "progress bar", "mark_steps", "host syncs", "graphs", "ops/graph", "host ms (median)"], rows

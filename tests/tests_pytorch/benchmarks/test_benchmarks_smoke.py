@@ -83,6 +83,8 @@ def test_what_does_not_depend_on_timing(run_all):
         if len(cells) == 7 and cells[2].replace(".", "").isdigit():
             cuts[(cells[0], cells[1])] = (float(cells[2]), float(cells[3]))
     assert cuts[("nothing", "off")] == cuts[("nothing", "default")] == (2.0, 0.0)
+    # and the same on each of 2 processes under hpu_parallel
+    assert cuts[("nothing, 2 processes (rank 0)", "off")] == (2.0, 0.0)
     # the default progress bar does not read the logged loss back after every step
     bar_cost = cuts[("prog_bar every step", "default")][1] - cuts[("prog_bar every step", "off")][1]
     assert bar_cost < 0.1
