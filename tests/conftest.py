@@ -94,6 +94,9 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: Optional[pytest.Item]) 
         _children[mode] = _ChildSession(mode, _elsewhere[mode], item.config.rootpath)
     item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
     _children[mode].replay(item)
+    # what the skipped protocol would have torn down: the module of an earlier test that ran here, when this test
+    # is the last of its module (pytest's own runner does this through the same private state)
+    item.session._setupstate.teardown_exact(nextitem)
     item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
     return True
 

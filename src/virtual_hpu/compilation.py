@@ -4,6 +4,9 @@ The real bridge compiles each graph dynamo hands it (forward and backward separa
 recompilation (new shapes, a guard that failed) is one more. The virtual Gaudi runs the graph's ops one by one, so
 "compiling" is the bookkeeping the bridge's ``graph_compilation`` metric reports (how many, how long) plus what a
 user needs to find the cause: the ops in each graph, its input shapes and dynamo's reason for recompiling.
+In lazy mode a graph cut by ``mark_step`` or a host sync counts as a compilation when its shape (its ops and their
+input shapes and dtypes) is new, as the bridge compiles it once and then takes it from its cache; so
+``graph_compilation`` serves both modes.
 """
 
 import time
@@ -32,6 +35,11 @@ class _Totals:
 
 _totals = _Totals()
 _reasons_seen = 0
+_lazy_base = 0  # lazy-mode compilations at the last reset (the device counts them from activation on)
+
+
+def _lazy_compilations() -> int:
+    return torch.ops.virtual_hpu.lazy_graph_compilations()
 
 
 def new_reason() -> Optional[str]:
@@ -51,8 +59,9 @@ def record(graph: torch.fx.GraphModule, example_inputs: list, started_ns: int, r
 
 
 def totals() -> tuple[int, int]:
-    """(graphs compiled, nanoseconds spent) since activation or the last ``reset()``."""
-    return len(_totals.graphs), _totals.time_ns
+    """(graphs compiled, nanoseconds spent) since activation or the last ``reset()``; lazy-mode graphs take no time
+    here, as the virtual device does not compile them."""
+    return len(_totals.graphs) + _lazy_compilations() - _lazy_base, _totals.time_ns
 
 
 def graphs() -> list[CompiledGraph]:
@@ -66,7 +75,8 @@ def graph_breaks() -> int:
 
 
 def reset() -> None:
-    global _totals
+    global _totals, _lazy_base
     _totals = _Totals()
+    _lazy_base = _lazy_compilations()
     new_reason()
     _dynamo_counters["graph_break"].clear()

@@ -144,3 +144,27 @@ def test_accounting_counts_compilations_and_graph_breaks_since_its_reset():
     compiled(torch.ones(3, device="hpu"))
     assert accounting.counters()["graph_compilations"] == 0
     assert dict(metric_global("graph_compilation").stats())["TotalNumber"] == 2  # the bridge's metric keeps counting
+
+
+@pytest.mark.parametrize("hpu_mode", ["lazy"])
+def test_lazy_graphs_count_as_compilations_once_per_shape(hpu_mode):
+    import habana_frameworks.torch.core as htcore
+
+    layer = nn.Linear(8, 4).to("hpu")
+    optimizer = torch.optim.SGD(layer.parameters(), lr=0.1)
+
+    def step(batch: int) -> int:
+        layer(torch.randn(batch, 8).to("hpu")).sum().backward()
+        htcore.mark_step()
+        optimizer.step()
+        optimizer.zero_grad()
+        htcore.mark_step()
+        return _compilations()
+
+    step(4)
+    warm = step(4)
+    assert warm >= 2  # the forward+backward graph and the optimizer's
+    assert step(4) == warm  # a shape seen before comes from the cache
+    assert step(3) == warm + 1  # a ragged batch: the forward+backward graph is new, the optimizer's is not
+    assert step(4) == step(3) == warm + 1
+    assert accounting.counters()["graph_compilations"] >= warm + 1

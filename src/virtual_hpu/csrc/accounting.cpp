@@ -4,6 +4,9 @@
 #include <torch/library.h>
 
 #include <atomic>
+#include <functional>
+#include <mutex>
+#include <unordered_set>
 
 namespace virtual_hpu {
 namespace {
@@ -15,11 +18,30 @@ std::atomic<int64_t> g_last_graph_ops{0};
 std::atomic<int64_t> g_max_graph_ops{0};
 std::atomic<int64_t> g_mark_steps{0};
 std::atomic<int64_t> g_host_syncs{0};
+// Lazy mode compiles a graph the first time its shape is seen and takes it from the cache afterwards. The pending
+// graph's shape is summed up in an order-insensitive digest of its ops; never reset, like the bridge's metric.
+std::atomic<uint64_t> g_graph_digest{0};
+std::atomic<int64_t> g_lazy_compilations{0};
+std::mutex g_seen_mutex;
+std::unordered_set<uint64_t> g_seen_graphs;
+
+uint64_t mix(uint64_t value) {
+  // splitmix64's finaliser: spreads the bits so that sums of digests rarely collide
+  value += 0x9e3779b97f4a7c15ULL;
+  value = (value ^ (value >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  value = (value ^ (value >> 27)) * 0x94d049bb133111ebULL;
+  return value ^ (value >> 31);
+}
 
 // Ends the pending graph, as Gaudi does when it compiles and runs it.
 void cutGraph() {
   const int64_t ops = g_ops_since_cut.exchange(0);
+  const uint64_t digest = g_graph_digest.exchange(0);
   if (ops == 0) return;
+  if (isLazy()) {
+    std::lock_guard<std::mutex> lock(g_seen_mutex);
+    if (g_seen_graphs.insert(mix(digest + static_cast<uint64_t>(ops))).second) ++g_lazy_compilations;
+  }
   ++g_graphs;
   g_last_graph_ops = ops;
   int64_t max = g_max_graph_ops.load();
@@ -45,7 +67,10 @@ void resetCounters() {
   }
 }
 
+int64_t lazyCompilations() { return g_lazy_compilations.load(); }
+
 TORCH_LIBRARY_FRAGMENT(virtual_hpu, m) {
+  m.def("lazy_graph_compilations() -> int", &lazyCompilations);
   m.def("mark_step() -> ()", &markStep);
   m.def("counters() -> int[]", &counters);
   m.def("reset_counters() -> ()", &resetCounters);
@@ -53,9 +78,26 @@ TORCH_LIBRARY_FRAGMENT(virtual_hpu, m) {
 
 }  // namespace
 
-void countOp() {
+void countOp(uint64_t digest) {
   g_ops.fetch_add(1, std::memory_order_relaxed);
   g_ops_since_cut.fetch_add(1, std::memory_order_relaxed);
+  if (digest != 0) g_graph_digest.fetch_add(mix(digest), std::memory_order_relaxed);
+}
+
+uint64_t tensorDigest(uint64_t seed, const at::Tensor& tensor) {
+  if (!tensor.defined()) return mix(seed);
+  uint64_t digest = mix(seed ^ static_cast<uint64_t>(tensor.scalar_type()));
+  for (const int64_t size : tensor.sizes()) digest = mix(digest ^ static_cast<uint64_t>(size));
+  return digest;
+}
+
+uint64_t opDigest(const c10::OperatorHandle& op, const torch::jit::Stack& stack, size_t first) {
+  const auto& name = op.operator_name();
+  uint64_t digest = mix(std::hash<std::string>{}(name.name) ^ mix(std::hash<std::string>{}(name.overload_name)));
+  for (size_t i = first; i < stack.size(); ++i) {
+    if (stack[i].isTensor()) digest = tensorDigest(digest, stack[i].toTensor());
+  }
+  return digest;
 }
 
 void countHostSync() {

@@ -71,9 +71,9 @@ class DeviceCheck {
 }  // namespace
 
 void hpuFallback(const c10::OperatorHandle& op, c10::DispatchKeySet /*keys*/, torch::jit::Stack* stack) {
-  countOp();
   const auto& arguments = op.schema().arguments();
   const size_t first = stack->size() - arguments.size();
+  countOp(isLazy() ? opDigest(op, *stack, first) : 0);
   CpuAliases aliases;
   DeviceCheck devices;
   std::optional<c10::DeviceIndex> requested;  // from a `device=` argument

@@ -62,7 +62,11 @@ class CpuAliases {
 void hpuFallback(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::jit::Stack* stack);
 
 // ---- accounting.cpp: cheap counters for lazy-mode behaviour ----
-void countOp();
+// `digest` describes the op and its input shapes (0 outside lazy mode, where graphs are not compiled per cut)
+void countOp(uint64_t digest = 0);
 void countHostSync();
+// the digest countOp takes: what the op is and the shapes and dtypes of its tensor inputs
+uint64_t opDigest(const c10::OperatorHandle& op, const torch::jit::Stack& stack, size_t first);
+uint64_t tensorDigest(uint64_t seed, const at::Tensor& tensor);
 
 }  // namespace virtual_hpu
