@@ -107,3 +107,15 @@ def pytest_runtest_logreport(report: TestReport) -> None:
         data = config.hook.pytest_report_to_serializable(config=config, report=report)
         with open(path, "a") as file:
             file.write(json.dumps(data) + "\n")
+
+
+@pytest.fixture
+def fresh_compilation_state():
+    """Dynamo's caches emptied and the compilation metric at zero, before and after a test that compiles."""
+    import torch
+    from habana_frameworks.torch.hpu.metrics import metric_global
+
+    torch._dynamo.reset()
+    metric_global("graph_compilation").reset()
+    yield
+    torch._dynamo.reset()

@@ -7,13 +7,7 @@ from torch import nn
 
 from virtual_hpu import accounting, compilation
 
-
-@pytest.fixture(autouse=True)
-def _fresh_dynamo():
-    torch._dynamo.reset()
-    metric_global("graph_compilation").reset()
-    yield
-    torch._dynamo.reset()
+pytestmark = pytest.mark.usefixtures("fresh_compilation_state")
 
 
 def _pair(make):

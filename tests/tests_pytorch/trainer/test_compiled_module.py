@@ -59,12 +59,7 @@ def _trainer(tmp_path, **kwargs) -> pl.Trainer:
     return pl.Trainer(**arguments)
 
 
-@pytest.fixture(autouse=True)
-def _fresh_dynamo():
-    torch._dynamo.reset()
-    metric_global("graph_compilation").reset()
-    yield
-    torch._dynamo.reset()
+pytestmark = pytest.mark.usefixtures("fresh_compilation_state")
 
 
 def test_compiled_module_trains_like_eager_through_every_stage(tmp_path):
