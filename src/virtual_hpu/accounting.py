@@ -28,12 +28,12 @@ _compile_base = (0, 0)
 def counters() -> dict[str, int]:
     """The counters since activation or the last ``reset()``, plus ``graph_compilations`` and ``graph_breaks``."""
     counts = dict(zip(COUNTER_NAMES, torch.ops.virtual_hpu.counters()))
-    counts["graph_compilations"] = compilation.totals()[0] - _compile_base[0]
-    counts["graph_breaks"] = compilation.graph_breaks() - _compile_base[1]
+    counts["graph_compilations"] = compilation.compiled_ever() - _compile_base[0]
+    counts["graph_breaks"] = compilation.graph_breaks_ever() - _compile_base[1]
     return counts
 
 
 def reset() -> None:
     global _compile_base
     torch.ops.virtual_hpu.reset_counters()
-    _compile_base = (compilation.totals()[0], compilation.graph_breaks())
+    _compile_base = (compilation.compiled_ever(), compilation.graph_breaks_ever())

@@ -35,7 +35,8 @@ class _Totals:
 
 _totals = _Totals()
 _reasons_seen = 0
-_lazy_base = 0  # lazy-mode compilations at the last reset (the device counts them from activation on)
+_compiled_by_backend = 0  # graphs hpu_backend compiled since activation; never reset
+_at_reset = (0, 0)  # (compiled_ever(), graph_breaks_ever()) at the last reset()
 
 
 def _lazy_compilations() -> int:
@@ -46,37 +47,52 @@ def new_reason() -> Optional[str]:
     """Dynamo's guard failures since the last call, joined: why the graph being captured now is a recompilation."""
     global _reasons_seen
     reasons = [reason for failures in _guard_failures.values() for reason in failures]
+    if len(reasons) < _reasons_seen:  # torch._dynamo.reset() emptied them
+        _reasons_seen = 0
     fresh, _reasons_seen = reasons[_reasons_seen:], len(reasons)
     return "; ".join(fresh) or None
 
 
 def record(graph: torch.fx.GraphModule, example_inputs: list, started_ns: int, reason: Optional[str]) -> None:
     """Count one compiled graph."""
+    global _compiled_by_backend
     ops = sum(1 for node in graph.graph.nodes if node.op == "call_function")
     shapes = tuple(tuple(t.shape) for t in example_inputs if isinstance(t, torch.Tensor))
     _totals.graphs.append(CompiledGraph(ops, shapes, reason))
     _totals.time_ns += time.perf_counter_ns() - started_ns
+    _compiled_by_backend += 1
+
+
+def compiled_ever() -> int:
+    """Graphs compiled since activation, by ``hpu_backend`` and by lazy mode; never reset, for counters that keep
+    their own starting point (``virtual_hpu.accounting``)."""
+    return _compiled_by_backend + _lazy_compilations()
+
+
+def graph_breaks_ever() -> int:
+    """Graph breaks dynamo took in this process; never reset here."""
+    return sum(_dynamo_counters["graph_break"].values())
 
 
 def totals() -> tuple[int, int]:
     """(graphs compiled, nanoseconds spent) since activation or the last ``reset()``; lazy-mode graphs take no time
     here, as the virtual device does not compile them."""
-    return len(_totals.graphs) + _lazy_compilations() - _lazy_base, _totals.time_ns
+    return compiled_ever() - _at_reset[0], _totals.time_ns
 
 
 def graphs() -> list[CompiledGraph]:
-    """Each graph compiled since the last ``reset()``, in order."""
+    """Each graph ``hpu_backend`` compiled since the last ``reset()``, in order."""
     return list(_totals.graphs)
 
 
 def graph_breaks() -> int:
-    """Graph breaks dynamo took in this process since the last ``reset()`` (each splits a function into graphs)."""
-    return sum(_dynamo_counters["graph_break"].values())
+    """Graph breaks dynamo took since the last ``reset()`` (each splits a function into graphs)."""
+    return graph_breaks_ever() - _at_reset[1]
 
 
 def reset() -> None:
-    global _totals, _lazy_base
+    """Start the metric's counts again (the bridge's ``metric_global("graph_compilation").reset()``)."""
+    global _totals, _at_reset
     _totals = _Totals()
-    _lazy_base = _lazy_compilations()
+    _at_reset = (compiled_ever(), graph_breaks_ever())
     new_reason()
-    _dynamo_counters["graph_break"].clear()
