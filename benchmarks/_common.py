@@ -1,8 +1,10 @@
 """Shared by the benchmarks in this folder (``run_all.py`` skips files starting with ``_``)."""
 
 import importlib.util
+import json
 import os
 import statistics
+import subprocess
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -13,6 +15,9 @@ _Result = TypeVar("_Result")
 
 HERE = Path(__file__).resolve().parent
 SRC = HERE.parent / "src"
+# each execution mode by name: (PT_HPU_LAZY_MODE, whether the model is compiled with ``backend="hpu_backend"``);
+# the mode is fixed per process, so a benchmark runs each in a child process of its own
+MODES = {"lazy": ("1", False), "eager": ("0", False), "eager + compile": ("0", True)}
 
 
 def use_gaudi_or_virtual() -> None:
@@ -36,6 +41,17 @@ def is_virtual() -> bool:
     import virtual_hpu
 
     return virtual_hpu.is_active()
+
+
+def run_in_mode(script: str, mode: str, *args: str) -> object:
+    """Run ``script --child <mode> *args`` with the mode's ``PT_HPU_LAZY_MODE`` and return the JSON value its last
+    line of output prints."""
+    env = {**os.environ, "PT_HPU_LAZY_MODE": MODES[mode][0], "MASTER_ADDR": os.environ.get("MASTER_ADDR", "127.0.0.1")}
+    command = [sys.executable, script, "--child", mode, *args]
+    result = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise RuntimeError(f"{Path(script).name} in {mode} mode failed:\n{result.stderr[-3000:]}")
+    return json.loads(result.stdout.strip().splitlines()[-1])
 
 
 def spread(samples: Sequence[float], digits: int = 2) -> str:

@@ -16,19 +16,16 @@ Counts need the virtual Gaudi's counters: on a real Gaudi the script says so and
 """
 
 import json
-import os
 import statistics
-import subprocess
 import sys
 import time
 from argparse import SUPPRESS, ArgumentParser
 from pathlib import Path
 
-from _common import is_virtual, print_table, use_gaudi_or_virtual
+from _common import MODES, is_virtual, print_table, run_in_mode, use_gaudi_or_virtual
 
 use_gaudi_or_virtual()
 WARMUP = 5
-MODES = {"lazy": ("1", False), "eager": ("0", False), "eager + compile": ("0", True)}
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "pytorch"
 
 
@@ -81,16 +78,6 @@ def child(mode: str, steps: int) -> None:
     print(json.dumps(per_step))
 
 
-def measure(mode: str, steps: int) -> dict:
-    lazy, _ = MODES[mode]
-    env = {**os.environ, "PT_HPU_LAZY_MODE": lazy}
-    command = [sys.executable, __file__, "--child", mode, "--steps", str(steps)]
-    result = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
-    if result.returncode != 0:
-        raise RuntimeError(f"{mode} failed:\n{result.stderr[-3000:]}")
-    return json.loads(result.stdout.strip().splitlines()[-1])
-
-
 def main() -> None:
     parser = ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--fast", action="store_true", help="fewer steps (format smoke test)")
@@ -101,7 +88,7 @@ def main() -> None:
     if args.child:
         child(args.child, steps)
         return
-    results = {mode: measure(mode, steps) for mode in MODES}
+    results = {mode: run_in_mode(__file__, mode, "--steps", str(steps)) for mode in MODES}
     if any(result is None for result in results.values()):
         print("execution_modes.py reads the virtual Gaudi's counters; run it with VIRTUAL_HPU=1 without a Gaudi")
         print("compilations_per_step_compiled=nan")
