@@ -1,7 +1,9 @@
-"""Fit a small linear model with plain SGD and save each rank's final parameters, for data-parallel equivalence tests.
+"""Fit a small regression model with SGD (momentum, a per-step learning-rate schedule) and save each rank's final
+parameters, for data-parallel equivalence tests of every HPU strategy, DeepSpeed's ZeRO stages included.
 
 Every rank trains on its own slice of a fixed data set (rank ``r`` gets rows ``r::world_size`` of each global
-batch), so a 1-process run on whole global batches must end with the same parameters as an N-process run.
+batch), so a 1-process run on whole global batches must end with the same parameters as an N-process run. With
+``--checkpoint`` the run saves a checkpoint at its end (a directory under DeepSpeed); ``--resume`` continues from one.
 """
 
 import os
@@ -25,16 +27,18 @@ def global_batches() -> list:
 
 
 class RankSlices(Dataset):
-    """Yields, per step, this rank's rows of the global batch."""
+    """This rank's rows of each global batch, in order: batches of ``GLOBAL_BATCH // world_size`` rows are its slices.
+
+    A DataLoader with a batch size, not ``batch_size=None``: upstream's DeepSpeed strategy reads it for its config."""
 
     def __init__(self, rank: int, world_size: int) -> None:
-        self.batches = [(x[rank::world_size], y[rank::world_size]) for x, y in global_batches()]
+        self.rows = [(x, y) for xs, ys in global_batches() for x, y in zip(xs[rank::world_size], ys[rank::world_size])]
 
     def __len__(self) -> int:
-        return len(self.batches)
+        return len(self.rows)
 
     def __getitem__(self, index: int):
-        return self.batches[index]
+        return self.rows[index]
 
 
 class Regression(pl.LightningModule):
@@ -51,10 +55,24 @@ class Regression(pl.LightningModule):
 
     def train_dataloader(self) -> DataLoader:
         world_size, rank = self.trainer.world_size, self.trainer.global_rank
-        return DataLoader(RankSlices(rank, world_size), batch_size=None)
+        return DataLoader(RankSlices(rank, world_size), batch_size=GLOBAL_BATCH // world_size)
 
     def configure_optimizers(self):
-        return torch.optim.SGD(self.parameters(), lr=0.1)
+        # momentum and a schedule make a resumed run differ unless optimizer and scheduler states are restored
+        optimizer = torch.optim.SGD(self.parameters(), lr=0.1, momentum=0.5)
+        scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.8)
+        return [optimizer], [{"scheduler": scheduler, "interval": "step"}]
+
+
+def full_state(trainer: pl.Trainer, model: pl.LightningModule) -> dict:
+    """The model's parameters on the host, gathered from every rank's partition under ZeRO stage 3."""
+    engine = getattr(trainer.strategy, "deepspeed_engine", None)
+    if engine is not None and engine.zero_optimization_partition_weights():
+        import deepspeed
+
+        with deepspeed.zero.GatheredParameters(list(model.parameters())):
+            return {name: tensor.detach().float().cpu().clone() for name, tensor in model.state_dict().items()}
+    return {name: tensor.detach().float().cpu() for name, tensor in model.state_dict().items()}
 
 
 def main() -> None:
@@ -64,13 +82,16 @@ def main() -> None:
     parser.add_argument("--num-nodes", type=int, default=1)
     parser.add_argument("--strategy", default="auto")
     parser.add_argument("--compile", action="store_true", help="fit torch.compile(model, backend='hpu_backend')")
+    parser.add_argument("--max-epochs", type=int, default=1)
+    parser.add_argument("--checkpoint", help="save a checkpoint here at the end of fit")
+    parser.add_argument("--resume", help="fit(ckpt_path=...) from this checkpoint")
     args = parser.parse_args()
     trainer = pl.Trainer(
         accelerator="hpu",
         devices=args.devices,
         num_nodes=args.num_nodes,
         strategy=args.strategy,
-        max_epochs=1,
+        max_epochs=args.max_epochs,
         use_distributed_sampler=False,
         logger=False,
         enable_checkpointing=False,
@@ -78,18 +99,23 @@ def main() -> None:
         enable_model_summary=False,
     )
     model = Regression()
-    trainer.fit(torch.compile(model, backend="hpu_backend") if args.compile else model)
+    trainer.fit(torch.compile(model, backend="hpu_backend") if args.compile else model, ckpt_path=args.resume)
+    if args.checkpoint:
+        trainer.save_checkpoint(args.checkpoint)
     # importable once the (virtual) Gaudi is loaded, which importing pytorch_lightning does in lazy mode
     from habana_frameworks.torch.hpu.metrics import metric_global
 
-    state = {name: tensor.detach().cpu() for name, tensor in model.state_dict().items()}
+    engine = getattr(trainer.strategy, "deepspeed_engine", None)
     torch.save(
         {
-            "state": state,
+            "state": full_state(trainer, model),
+            "zero_stage": engine.zero_optimization_stage() if engine is not None else None,
             "world_size": trainer.world_size,
             "strategy": type(trainer.strategy).__name__,
             "loss": float(trainer.callback_metrics["loss"]),
             "compilations": dict(metric_global("graph_compilation").stats())["TotalNumber"],
+            "global_step": trainer.global_step,
+            "lr": trainer.optimizers[0].param_groups[0]["lr"],
         },
         os.path.join(args.out, f"rank{trainer.global_rank}.pt"),
     )

@@ -22,6 +22,7 @@ from torch.profiler import ProfilerActivity
 import pytorch_lightning as pl
 from pytorch_lightning.cli import LightningCLI
 from pytorch_lightning.profilers import HPUProfiler
+from tests_pytorch.helpers.processes import free_port
 from tests_pytorch.helpers.runif import RunIf
 
 HPU_DEVICE_TYPE = 15  # c10::DeviceType::HPU, as the trace's memory events name the device
@@ -209,7 +210,7 @@ def test_distributed_profiling_writes_a_trace_and_a_report_per_rank(tmp_path):
         )
     )
     out = tmp_path / "profiles"
-    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port())}
+    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
     result = subprocess.run(
         [sys.executable, str(script), str(out)], env=env, capture_output=True, text=True, timeout=240
     )
@@ -225,14 +226,6 @@ def test_distributed_profiling_writes_a_trace_and_a_report_per_rank(tmp_path):
         assert hpu_memory and {event["args"]["Device Id"] for event in hpu_memory} == {rank}
         report = (out / f"fit-perf-logs-{rank}.txt").read_text()
         assert report.startswith(f"FIT Profiler Report: HPUProfiler, rank {rank}, HPU (")
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.mark.parametrize("accelerator", ["hpu", "cpu"])

@@ -3,7 +3,6 @@
 import os
 import queue
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -13,20 +12,16 @@ from typing import Optional
 
 import pytest
 
+from tests_pytorch.helpers.processes import free_port
+
 RUN = Path(__file__).with_name("run.py")
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class Run:
     """One ``run.py`` scenario: its process (rank 0 or the only rank) leads a process group its ranks share."""
 
     def __init__(self, *args: str, **env: str) -> None:
-        environment = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()), **env}
+        environment = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), **env}
         for name in ("WORLD_SIZE", "LOCAL_RANK", "NODE_RANK"):  # as left by in-process fits of other tests
             environment.pop(name, None)
         self.started = time.monotonic()

@@ -13,6 +13,7 @@ from torch.utils.data import DataLoader, TensorDataset
 import pytorch_lightning as pl
 from pytorch_lightning.plugins import HPUDeepSpeedPrecisionPlugin
 from pytorch_lightning.strategies import HPUDeepSpeedStrategy
+from tests_pytorch.helpers.processes import assert_same_parameters, rank_results, run_ddp, wait
 
 FEATURES = 32
 
@@ -367,3 +368,71 @@ def test_deepspeed_imported_first_still_uses_the_hpu(tmp_path, autoload, detecte
     result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, env=env)
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.strip().endswith("ok")
+
+
+@pytest.fixture(scope="module")
+def references(tmp_path_factory) -> dict:
+    """``ddp_run.py``'s model trained on one HPU without DeepSpeed on whole global batches, by number of epochs."""
+    outs = {epochs: tmp_path_factory.mktemp(f"single{epochs}") for epochs in (1, 2)}
+    wait(*(run_ddp(out, "--devices", "1", "--max-epochs", str(epochs)) for epochs, out in outs.items()))
+    return {epochs: rank_results(out)[0] for epochs, out in outs.items()}
+
+
+@pytest.mark.parametrize("stage", [2, 3])
+def test_two_processes_match_one_and_resume_from_zero_checkpoint(tmp_path, references, stage):
+    """Each rank trains on its own rows; ZeRO all-reduces (stage 2) or partitions and gathers (stage 3) so that both
+    ranks end where one process on the whole batches does. The ZeRO checkpoint resumes model, optimizer (momentum),
+    scheduler and epoch on 2 processes, and Lightning's converter turns it into one fp32 state dict."""
+    from lightning.pytorch.utilities.deepspeed import convert_zero_checkpoint_to_fp32_state_dict
+
+    strategy, checkpoint = f"hpu_deepspeed_stage_{stage}", tmp_path / "zero.ckpt"
+    first, resumed = tmp_path / "first", tmp_path / "resumed"
+    first.mkdir(), resumed.mkdir()
+    wait(run_ddp(first, "--devices", "2", "--strategy", strategy, "--checkpoint", str(checkpoint)))
+    ranks = rank_results(first)
+    assert [(r["world_size"], r["zero_stage"]) for r in ranks] == [(2, stage)] * 2
+    assert_same_parameters(ranks[0]["state"], ranks[1]["state"])
+    # float32 sums of the same gradients in another order: equal to rounding
+    assert_same_parameters(ranks[0]["state"], references[1]["state"], tolerance=1e-6)
+
+    assert checkpoint.is_dir()  # a ZeRO checkpoint: each rank's shard of the model and optimizer states
+    converted = convert_zero_checkpoint_to_fp32_state_dict(checkpoint, tmp_path / "full.pt")
+    assert converted["epoch"] == 1 and converted["global_step"] == 4  # saved after the first epoch ended
+    assert_same_parameters(converted["state_dict"], ranks[0]["state"])
+
+    wait(run_ddp(resumed, "--devices", "2", "--strategy", strategy, "--max-epochs", "2", "--resume", str(checkpoint)))
+    for rank in rank_results(resumed):
+        assert rank["global_step"] == references[2]["global_step"] == 8
+        assert rank["lr"] == pytest.approx(references[2]["lr"])
+        assert_same_parameters(rank["state"], references[2]["state"], tolerance=1e-6)
+
+
+def test_one_process_resumes_from_zero_checkpoint(tmp_path, references):
+    checkpoint, first, resumed = tmp_path / "zero.ckpt", tmp_path / "first", tmp_path / "resumed"
+    first.mkdir(), resumed.mkdir()
+    wait(run_ddp(first, "--strategy", "hpu_deepspeed_stage_3", "--checkpoint", str(checkpoint)))
+    wait(run_ddp(resumed, "--strategy", "hpu_deepspeed_stage_3", "--max-epochs", "2", "--resume", str(checkpoint)))
+    (rank,) = rank_results(resumed)
+    assert rank["global_step"] == 8
+    assert rank["lr"] == pytest.approx(references[2]["lr"])
+    assert_same_parameters(rank["state"], references[2]["state"], tolerance=1e-6)
+
+
+def test_load_full_weights_from_a_single_file_checkpoint(tmp_path):
+    """A checkpoint of one file (here from one HPU without DeepSpeed) loads into a ZeRO-3 model, partitioned."""
+    import deepspeed
+
+    trained = SampleModel()
+    trainer = _trainer("hpu_single", max_steps=3)
+    trainer.fit(trained)
+    trainer.save_checkpoint(tmp_path / "full.ckpt")
+    expected = {name: tensor.detach().cpu() for name, tensor in trained.state_dict().items()}
+
+    model = SampleModel()
+    assert not torch.equal(model.l1.weight, expected["l1.weight"])
+    trainer = _trainer(HPUDeepSpeedStrategy(stage=3, load_full_weights=True))
+    trainer.test(model, ckpt_path=tmp_path / "full.ckpt")
+    assert trainer.callback_metrics["test_acc"] > 0.5
+    with deepspeed.zero.GatheredParameters(list(model.parameters())):
+        loaded = {name: tensor.detach().cpu().clone() for name, tensor in model.state_dict().items()}
+    assert_same_parameters(loaded, expected)

@@ -1,11 +1,5 @@
 """Data-parallel training over HPUs: real gradient synchronisation, DDP options, reductions and scale-out."""
 
-import os
-import socket
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 from lightning.pytorch.demos.boring_classes import BoringModel
@@ -13,93 +7,58 @@ from torch.nn.parallel import DistributedDataParallel
 
 import pytorch_lightning as pl
 from pytorch_lightning.strategies import HPUParallelStrategy
-
-SCRIPT = Path(__file__).parents[1] / "helpers" / "ddp_run.py"
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _run(out: Path, *args: str, **env: str) -> subprocess.Popen:
-    environment = {**os.environ, "MASTER_ADDR": "127.0.0.1", **env}
-    environment.setdefault("MASTER_PORT", str(_free_port()))
-    return subprocess.Popen(
-        [sys.executable, str(SCRIPT), "--out", str(out), *args],
-        env=environment,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-
-
-def _wait(*processes: subprocess.Popen) -> None:
-    for process in processes:
-        output, _ = process.communicate(timeout=240)
-        assert process.returncode == 0, output
-
-
-def _states(out: Path) -> list:
-    return [torch.load(path) for path in sorted(out.glob("rank*.pt"))]
-
-
-def _assert_same_parameters(first: dict, second: dict, tolerance: float = 0.0) -> None:
-    assert first.keys() == second.keys()
-    for name in first:
-        torch.testing.assert_close(first[name], second[name], rtol=tolerance, atol=tolerance, msg=name)
+from tests_pytorch.helpers.processes import assert_same_parameters, free_port, rank_results, run_ddp, wait
 
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory) -> dict:
     """One HPU on whole global batches."""
     out = tmp_path_factory.mktemp("single")
-    _wait(_run(out, "--devices", "1"))
-    (result,) = _states(out)
+    wait(run_ddp(out, "--devices", "1"))
+    (result,) = rank_results(out)
     assert result["strategy"] == "SingleHPUStrategy"
     return result["state"]
 
 
 def test_two_processes_synchronise_gradients(tmp_path, reference):
-    _wait(_run(tmp_path, "--devices", "2", "--strategy", "hpu_parallel"))
-    ranks = _states(tmp_path)
+    wait(run_ddp(tmp_path, "--devices", "2", "--strategy", "hpu_parallel"))
+    ranks = rank_results(tmp_path)
     assert [r["world_size"] for r in ranks] == [2, 2]
     assert {r["strategy"] for r in ranks} == {"HPUParallelStrategy"}
     # every rank ends with the same weights (gradients were all-reduced, not only the loss) ...
-    _assert_same_parameters(ranks[0]["state"], ranks[1]["state"])
+    assert_same_parameters(ranks[0]["state"], ranks[1]["state"])
     # ... which are those of one process on the concatenated batches
-    _assert_same_parameters(ranks[0]["state"], reference, tolerance=1e-6)
+    assert_same_parameters(ranks[0]["state"], reference, tolerance=1e-6)
     # the logged loss was reduced as a mean over ranks
     assert ranks[0]["loss"] == pytest.approx(ranks[1]["loss"])
 
 
 def test_two_processes_train_a_compiled_module(tmp_path, reference):
     """DDP over ``torch.compile(model, backend="hpu_backend")``: the eager+compile path of current Gaudi software."""
-    _wait(_run(tmp_path, "--devices", "2", "--strategy", "hpu_parallel", "--compile"))
-    ranks = _states(tmp_path)
+    wait(run_ddp(tmp_path, "--devices", "2", "--strategy", "hpu_parallel", "--compile"))
+    ranks = rank_results(tmp_path)
     assert all(r["compilations"] > 0 for r in ranks)
-    _assert_same_parameters(ranks[0]["state"], ranks[1]["state"])
-    _assert_same_parameters(ranks[0]["state"], reference, tolerance=1e-6)
+    assert_same_parameters(ranks[0]["state"], ranks[1]["state"])
+    assert_same_parameters(ranks[0]["state"], reference, tolerance=1e-6)
 
 
 def test_two_nodes_one_device_each(tmp_path, reference):
     # what "Scale-out on Gaudis" documents: the same script on each node with MASTER_ADDR, MASTER_PORT, NODE_RANK
-    port = str(_free_port())
+    port = str(free_port())
     nodes = [
-        _run(tmp_path, "--devices", "1", "--num-nodes", "2", MASTER_PORT=port, NODE_RANK=str(rank), WORLD_SIZE="2")
+        run_ddp(tmp_path, "--devices", "1", "--num-nodes", "2", MASTER_PORT=port, NODE_RANK=str(rank), WORLD_SIZE="2")
         for rank in (0, 1)
     ]
-    _wait(*nodes)
-    ranks = _states(tmp_path)
+    wait(*nodes)
+    ranks = rank_results(tmp_path)
     assert [r["world_size"] for r in ranks] == [2, 2]
-    _assert_same_parameters(ranks[0]["state"], ranks[1]["state"])
-    _assert_same_parameters(ranks[0]["state"], reference, tolerance=1e-6)
+    assert_same_parameters(ranks[0]["state"], ranks[1]["state"])
+    assert_same_parameters(ranks[0]["state"], reference, tolerance=1e-6)
 
 
 def test_ddp_options_pass_through(tmp_path, monkeypatch):
     monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
-    monkeypatch.setenv("MASTER_PORT", str(_free_port()))
+    monkeypatch.setenv("MASTER_PORT", str(free_port()))
 
     def hook(state, bucket):
         hook.calls += 1
@@ -145,7 +104,7 @@ def test_ddp_options_pass_through(tmp_path, monkeypatch):
 
 def test_reductions_emulate_what_hccl_lacks(tmp_path, monkeypatch):
     monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
-    monkeypatch.setenv("MASTER_PORT", str(_free_port()))
+    monkeypatch.setenv("MASTER_PORT", str(free_port()))
     results = {}
 
     class Reduce(BoringModel):
@@ -188,7 +147,7 @@ def test_parallel_devices_without_index_mean_one_per_process(monkeypatch):
         HPUParallelStrategy(parallel_devices=["hpu", "hpu:0"])
 
     monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
-    monkeypatch.setenv("MASTER_PORT", str(_free_port()))
+    monkeypatch.setenv("MASTER_PORT", str(free_port()))
     trainer = pl.Trainer(
         accelerator="hpu",
         devices=1,

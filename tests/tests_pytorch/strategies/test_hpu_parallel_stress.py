@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from tests_pytorch.strategies.test_hpu_parallel import _free_port, _run, _states
+from tests_pytorch.helpers.processes import free_port, rank_results, run_ddp
 
 RUNS = int(os.environ.get("STRESS_RUNS", "100"))
 
@@ -30,13 +30,13 @@ def test_repeated_runs_exit_cleanly(scenario, tmp_path):
     for run in range(RUNS):
         out = tmp_path / str(run)
         out.mkdir()
-        port = str(_free_port())
-        processes = [_run(out, *args, MASTER_PORT=port, **env) for args, env in SCENARIOS[scenario]]
+        port = str(free_port())
+        processes = [run_ddp(out, *args, MASTER_PORT=port, **env) for args, env in SCENARIOS[scenario]]
         for process in processes:
             output, _ = process.communicate(timeout=240)
             if process.returncode != 0:
                 abnormal.append((run, process.returncode, output[-2000:]))
-        if len(_states(out)) != 2:
+        if len(rank_results(out)) != 2:
             abnormal.append((run, "missing results", sorted(path.name for path in out.iterdir())))
         # progress, for runs stopped before the end (visible with `-s`)
         print(f"{scenario} run {run + 1}/{RUNS}: {len(abnormal)} abnormal so far", flush=True)
