@@ -1,4 +1,5 @@
-"""The README's examples run as it says: the demo to its promised accuracy, the language model to a falling loss."""
+"""The README's examples run as it says: the demo and the DeepSpeed example to their promised accuracy, the language
+model to a falling loss."""
 
 import os
 import re
@@ -54,3 +55,16 @@ def test_language_model_loss_falls_in_bf16(devices):
     assert losses[0] > losses[1] > losses[2]
     assert losses[2] < 0.75 * losses[0]
     assert f"trained on {devices} x HPUAccelerator in bf16-mixed" in result.stdout
+
+
+def test_deepspeed_example_zero3_bf16_on_two_hpus():
+    result = _run("hpu_deepspeed.py", "--devices", "2", "--stage", "3")
+    # each rank holds half of the parameters: ZeRO-3 partitioned them
+    shard = r"rank (\d): ZeRO stage 3 \(DeepSpeedZeroOptimizer_Stage3\), holds (\d+) of (\d+)"
+    shards = re.findall(shard, result.stdout)
+    assert sorted(rank for rank, _, _ in shards) == ["0", "1"]
+    for _, held, total in shards:
+        assert int(held) <= int(total) // 2 + 1
+    (line,) = [line for line in result.stdout.splitlines() if line.startswith("final metrics")]
+    assert "on 2 x HPUAccelerator" in line
+    assert float(re.search(r"test_acc=([0-9.]+)", line)[1]) >= 0.90
