@@ -15,6 +15,7 @@ import pytest
 BENCHMARKS = Path(__file__).resolve().parents[3] / "benchmarks"
 HEADLINE = re.compile(r"^([A-Za-z_][\w.]*)=([-+0-9.eE]+|nan|inf)$")
 EXPECTED_HEADLINES = {
+    "deepspeed": "deepspeed_ratio_max",
     "distributed": "ddp_ratio",
     "execution_modes": "compilations_per_step_compiled",
     "graph_cuts": "host_syncs_per_step_default",
@@ -71,6 +72,9 @@ def test_what_does_not_depend_on_timing(run_all):
     # the Trainer and the hand-written loop end with the same loss and weights, bit for bit
     rows = [line for line in outputs["trainer_overhead"].splitlines() if line.startswith(("| hpu", "| cpu"))]
     assert len(rows) == 3 and all(row.rstrip(" |").endswith("bitwise") for row in rows)
+    # DeepSpeed's loop on the HPU and on the CPU, and the Trainer with hpu_deepspeed_stage_2, end alike, bit for bit
+    assert "bitwise equal, loop hpu and loop cpu: yes" in outputs["deepspeed"]
+    assert "bitwise equal, trainer hpu and loop hpu: yes" in outputs["deepspeed"]
     # hpu_parallel and CPU DDP end with the same loss
     assert "bitwise equal: yes" in outputs["distributed"]
     # a 2-process lazy-mode step with nothing logged: no host sync, two graphs, as on one device
