@@ -110,6 +110,16 @@ def test_python_blocks_run(page, tmp_path):
     assert result.returncode == 0, f"{page.name}:\n{result.stderr[-4000:]}"
 
 
+MARKED = [(page, line, reason) for page in PAGES for line, _, reason in _blocks(page) if reason is not None]
+
+
+@pytest.mark.parametrize(("page", "line", "reason"), MARKED, ids=[f"{page.name}:{line}" for page, line, _ in MARKED])
+def test_marked_blocks_are_listed_with_their_reason(page, line, reason):
+    """Shows each block marked not-runnable in the test report (``-ra``), with the reason its page gives."""
+    assert len(reason) > 10, f"{page.name}:{line}: say why the block cannot run here"
+    pytest.skip(f"{page.name}:{line} is not run: {reason}")
+
+
 @pytest.mark.slow
 def test_sphinx_builds_without_warnings(tmp_path):
     result = subprocess.run(
