@@ -321,6 +321,7 @@ def test_config_file_and_environment_variable(tmp_path, monkeypatch):
             "HPUDeepSpeedPrecisionPlugin",
         ),
         (lambda: _trainer("hpu_deepspeed", precision="64-true"), ValueError, "not supported on HPU"),
+        (lambda: _trainer("hpu_deepspeed", precision="fp8"), ValueError, "fp8 under DeepSpeed .* not available"),
     ],
 )
 def test_bad_inputs_fail_early(make, error, match):

@@ -10,12 +10,16 @@ import torch
 from lightning.fabric.connector import _convert_precision_to_unified_args
 from lightning.pytorch.plugins.precision.half import HalfPrecision
 from lightning.pytorch.plugins.precision.precision import Precision
+from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.utilities.rank_zero import WarningCache, rank_zero_info
 from torch.nn import Module
 from typing_extensions import override
 
-_SUPPORTED = ("32-true", "bf16-mixed", "16-mixed", "bf16-true", "16-true")
-_AUTOCAST_DTYPES = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}
+from pytorch_lightning.plugins.precision import hpu_fp8
+
+_SUPPORTED = ("32-true", "bf16-mixed", "16-mixed", "bf16-true", "16-true", "fp8")
+# fp8 runs what Transformer Engine does not cover in bf16 autocast, with the op lists
+_AUTOCAST_DTYPES = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16, "fp8": torch.bfloat16}
 _HALF = ("bf16-true", "16-true")
 # Lightning 1.x's spellings of Habana mixed precision, which ran in bf16 on every Gaudi
 _LEGACY_16 = ("16", 16)
@@ -24,8 +28,8 @@ _LEGACY_16_NOTE = (
     " (Gaudi2 and newer), pass `precision='16-mixed'`."
 )
 _info_cache = WarningCache()
-# first-generation Gaudi has no fp16
-_NEEDS_GAUDI2 = {"16-mixed": "bf16-mixed", "16-true": "bf16-true"}
+# first-generation Gaudi has no fp16 and no fp8
+_NEEDS_GAUDI2 = {"16-mixed": "bf16-mixed", "16-true": "bf16-true", "fp8": "bf16-mixed"}
 # the keys of the ``hmp_params`` dict of earlier Lightning releases, and the arguments they stand for
 _HMP_PARAMS = {"level": "opt_level", "verbose": "verbose", "bf16_ops": "bf16_file_path", "fp32_ops": "fp32_file_path"}
 # Gaudi's autocast reads its lower-precision and fp32 op lists from the files these variables name
@@ -38,14 +42,17 @@ class HPUPrecisionPlugin(Precision):
     """Mixed precision on HPUs with Gaudi's autocast, plain fp32, or weights and inputs in bf16/fp16.
 
     ``Trainer(accelerator="hpu", precision="bf16-mixed")`` (or ``"16-mixed"``, ``"bf16"``, ``"bf16-true"``,
-    ``"16-true"``; ``16`` and ``"16"`` mean ``"bf16-mixed"`` here, as in Lightning 1.x) creates it; pass it in
-    ``plugins`` to choose which ops run in lower precision and which stay in fp32.
+    ``"16-true"``, ``"fp8"``; ``16`` and ``"16"`` mean ``"bf16-mixed"`` here, as in Lightning 1.x) creates it; pass it
+    in ``plugins`` to choose which ops run in lower precision and which stay in fp32.
     The ``-true`` precisions mean what they mean on every other device: the module's parameters, the floating-point
     inputs and the tensors created in ``forward`` are in that type, without autocast.
+    ``"fp8"`` (Gaudi2 and newer) trains Transformer Engine modules in fp8 and every other op in bf16 autocast;
+    :meth:`convert_modules` puts such modules in place of the model's linear layers.
 
     Args:
         precision: ``"32-true"``, ``"bf16-mixed"``, ``"16-mixed"`` (Gaudi2 and newer), ``"bf16-true"``, ``"16-true"``
-            (Gaudi2 and newer), or a legacy form (``16`` and ``"16"`` are ``"bf16-mixed"``).
+            (Gaudi2 and newer), ``"fp8"`` (Gaudi2 and newer), or a legacy form (``16`` and ``"16"`` are
+            ``"bf16-mixed"``).
         opt_level: ``"O1"``: ops in the lower-precision list run in bf16/fp16, ops in the fp32 list in fp32, all
             others in the type of their inputs.
         bf16_file_path: a text file with one op name per line to run in lower precision (Gaudi's ``LOWER_LIST``).
@@ -79,6 +86,7 @@ class HPUPrecisionPlugin(Precision):
                 " implements 'O1' (op lists). Use `opt_level='O1'` and list the ops to lower in `bf16_file_path`."
             )
         self.verbose = bool(settings["verbose"])
+        self.recipe: Optional[Any] = None  # the fp8 recipe; Transformer Engine's default when none is given
         self.op_list_files = {
             variable: _validated_op_list(settings[argument] or os.environ.get(variable), argument, variable)
             for argument, variable in _OP_LIST_VARIABLES.items()
@@ -90,8 +98,56 @@ class HPUPrecisionPlugin(Precision):
             if self.verbose:
                 rank_zero_info(f"HPU autocast to {_AUTOCAST_DTYPES[self.precision]} with op lists {self.op_list_files}")
 
+    def convert_modules(
+        self,
+        module: Module,
+        inference: bool = False,
+        replace_layers: bool = False,
+        recipe: Optional[Any] = None,
+        quant: Union[bool, str, dict] = True,
+        fp8_data_path: Optional[str] = None,
+    ) -> Module:
+        """Prepare ``module`` for fp8 training (``precision="fp8"`` only) and return it.
+
+        Args:
+            module: the model, before ``fit``.
+            inference: fp8 inference through Intel Neural Compressor; not available in this release.
+            replace_layers: put Transformer Engine ``Linear`` layers, holding the same weights, in place of the
+                model's ``torch.nn.Linear`` layers. A model that already has Transformer Engine modules is left as it
+                is.
+            recipe: the fp8 recipe, e.g. ``recipe.DelayedScaling(fp8_format=recipe.Format.HYBRID)``; Transformer
+                Engine's default ``DelayedScaling()`` when not given.
+            quant: for fp8 inference.
+            fp8_data_path: for fp8 inference.
+        """
+        if self.precision != "fp8":
+            raise MisconfigurationException(
+                f"`convert_modules` prepares a model for fp8, but this plugin has `precision={self.precision!r}`."
+                " Create it with `HPUPrecisionPlugin(precision='fp8')`."
+            )
+        if inference:
+            raise MisconfigurationException(
+                "fp8 inference (`convert_modules(..., inference=True)`, measurement and quantization with Intel"
+                " Neural Compressor) is not available in this release. Run inference in `precision='bf16-mixed'`, or"
+                " with the fp8-trained Transformer Engine modules under this plugin."
+            )
+        self.recipe = recipe
+        if not replace_layers:
+            return module
+        if hpu_fp8.uses_transformer_engine(module):
+            rank_zero_info("The model already has Transformer Engine modules: its layers are left as they are.")
+            return module
+        replaced, left = hpu_fp8.replace_linear_layers(module)
+        rank_zero_info(f"fp8: {len(replaced)} linear layers now compute in fp8 with Transformer Engine.")
+        if left:
+            rank_zero_info(f"fp8: left in bf16 autocast, as their owners use the weights directly: {', '.join(left)}")
+        return module
+
     def autocast_context_manager(self) -> AbstractContextManager:
-        """``torch.autocast("hpu")`` in lower precision; nothing for fp32."""
+        """``torch.autocast("hpu")`` in lower precision, around Transformer Engine's ``fp8_autocast`` for fp8;
+        nothing for fp32."""
+        if self.precision == "fp8":
+            return hpu_fp8.fp8_training_context(self.recipe)
         if self.precision not in _AUTOCAST_DTYPES:
             return nullcontext()
         return torch.autocast(device_type="hpu", dtype=_AUTOCAST_DTYPES[self.precision])
@@ -104,6 +160,11 @@ class HPUPrecisionPlugin(Precision):
 
     @override
     def convert_module(self, module: Module) -> Module:
+        if self.precision == "fp8" and not hpu_fp8.uses_transformer_engine(module):
+            rank_zero_info(
+                "`precision='fp8'`: the model has no Transformer Engine modules, so it trains in bf16 autocast. Call"
+                " `plugin.convert_modules(model, replace_layers=True)` before `fit`, or build it with them."
+            )
         return module if self._half is None else self._half.convert_module(module)
 
     @override
@@ -134,7 +195,7 @@ def _validate_precision(precision: Union[str, int]) -> str:
         _info_cache.info(_LEGACY_16_NOTE)
         return "bf16-mixed"
     try:
-        unified = _convert_precision_to_unified_args(precision)
+        unified = "fp8" if precision == "fp8" else _convert_precision_to_unified_args(precision)
     except ValueError:
         unified = None
     if unified not in _SUPPORTED:
@@ -148,7 +209,7 @@ def _validate_precision(precision: Union[str, int]) -> str:
 
         if hthpu.get_device_name() == "GAUDI":
             raise ValueError(
-                f"`precision={unified!r}` needs Gaudi2 or newer: first-generation Gaudi has no fp16."
+                f"`precision={unified!r}` needs Gaudi2 or newer: first-generation Gaudi has no fp16 and no fp8."
                 f" Use `precision={_NEEDS_GAUDI2[unified]!r}` instead."
             )
     return unified

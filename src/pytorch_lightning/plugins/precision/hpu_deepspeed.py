@@ -20,4 +20,11 @@ class HPUDeepSpeedPrecisionPlugin(DeepSpeedPrecision):
     """
 
     def __init__(self, precision: Union[str, int] = "32-true") -> None:
-        super().__init__(_validate_precision(precision))  # type: ignore[arg-type]
+        validated = _validate_precision(precision)
+        if validated == "fp8":
+            raise ValueError(
+                "fp8 under DeepSpeed (`precision='fp8'` with an HPU DeepSpeed strategy) is not available in this"
+                " release. Train with `precision='bf16-mixed'` under DeepSpeed, or in fp8 with 'hpu_single' or"
+                " 'hpu_parallel'."
+            )
+        super().__init__(validated)  # type: ignore[arg-type]
