@@ -46,9 +46,12 @@ class Regression(pl.LightningModule):
         super().__init__()
         torch.manual_seed(0)
         self.net = nn.Sequential(nn.Linear(FEATURES, 8), nn.Tanh(), nn.Linear(8, 1))
+        self.rank_gain = False
 
     def training_step(self, batch, batch_idx):
         x, y = batch
+        if self.rank_gain:  # inputs 4x larger on each next rank: the ranks' fp8 maxima fall in other powers of two
+            x = x * 4**self.global_rank
         loss = nn.functional.mse_loss(self.net(x), y)
         self.log("loss", loss, sync_dist=True)
         return loss
@@ -71,8 +74,15 @@ def full_state(trainer: pl.Trainer, model: pl.LightningModule) -> dict:
         import deepspeed
 
         with deepspeed.zero.GatheredParameters(list(model.parameters())):
-            return {name: tensor.detach().float().cpu().clone() for name, tensor in model.state_dict().items()}
-    return {name: tensor.detach().float().cpu() for name, tensor in model.state_dict().items()}
+            return _tensors(model, clone=True)
+    return _tensors(model, clone=False)
+
+
+def _tensors(model: pl.LightningModule, clone: bool) -> dict:
+    # an fp8 layer's scaling state is not a tensor in the state dict (``_extra_state``): saved on its own
+    tensors = {name: value for name, value in model.state_dict().items() if isinstance(value, torch.Tensor)}
+    copies = {name: tensor.detach().float().cpu() for name, tensor in tensors.items()}
+    return {name: tensor.clone() for name, tensor in copies.items()} if clone else copies
 
 
 def main() -> None:
@@ -85,7 +95,24 @@ def main() -> None:
     parser.add_argument("--max-epochs", type=int, default=1)
     parser.add_argument("--checkpoint", help="save a checkpoint here at the end of fit")
     parser.add_argument("--resume", help="fit(ckpt_path=...) from this checkpoint")
+    parser.add_argument(
+        "--fp8",
+        choices=("reduce", "local"),
+        help="train the linear layers in fp8 (Transformer Engine), the ranks' inputs scaled apart, with the maxima"
+        " reduced over the ranks or kept local",
+    )
     args = parser.parse_args()
+    model = Regression()
+    plugins = []
+    if args.fp8:
+        from habana_frameworks.torch.hpex.experimental.transformer_engine import recipe
+
+        from pytorch_lightning.plugins import HPUPrecisionPlugin
+
+        plugins.append(HPUPrecisionPlugin("fp8"))
+        scaling = recipe.DelayedScaling(reduce_amax=args.fp8 == "reduce")
+        plugins[0].convert_modules(model, replace_layers=True, recipe=scaling)
+        model.rank_gain = True
     trainer = pl.Trainer(
         accelerator="hpu",
         devices=args.devices,
@@ -97,8 +124,8 @@ def main() -> None:
         enable_checkpointing=False,
         enable_progress_bar=False,
         enable_model_summary=False,
+        plugins=plugins,
     )
-    model = Regression()
     trainer.fit(torch.compile(model, backend="hpu_backend") if args.compile else model, ckpt_path=args.resume)
     if args.checkpoint:
         trainer.save_checkpoint(args.checkpoint)
@@ -116,6 +143,12 @@ def main() -> None:
             "compilations": dict(metric_global("graph_compilation").stats())["TotalNumber"],
             "global_step": trainer.global_step,
             "lr": trainer.optimizers[0].param_groups[0]["lr"],
+            # each fp8 layer's scaling state: scales and amax history (empty without --fp8)
+            "fp8": {
+                name: {key: value.cpu() for key, value in module.fp8_state.state_dict().items()}
+                for name, module in model.named_modules()
+                if hasattr(module, "fp8_state")
+            },
         },
         os.path.join(args.out, f"rank{trainer.global_rank}.pt"),
     )

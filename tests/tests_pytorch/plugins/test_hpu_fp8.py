@@ -174,3 +174,20 @@ def test_fp8_is_refused_on_first_generation_gaudi():
     result = subprocess.run([sys.executable, "-c", code], env=environment, capture_output=True, text=True)
     assert result.returncode != 0
     assert "needs Gaudi2 or newer" in result.stderr and "precision='bf16-mixed'" in result.stderr
+
+
+@pytest.mark.parametrize("amax", ["reduce", "local"])
+def test_two_processes_agree_on_the_fp8_scales(tmp_path, amax):
+    """The ranks' inputs differ by a factor of 4, so do their maxima; with the recipe's reduction (the default) both
+    ranks scale alike, without it each scales its own."""
+    from tests_pytorch.helpers.processes import rank_results, run_ddp, wait
+
+    wait(run_ddp(tmp_path, "--devices", "2", "--strategy", "hpu_parallel", "--fp8", amax))
+    ranks = rank_results(tmp_path)
+    assert len(ranks) == 2 and set(ranks[0]["fp8"]) == {"net.0", "net.2"}
+    # the maxima of the last step are still each rank's own (reduced when the scales are next updated)
+    first, second = ranks[0]["fp8"]["net.0"], ranks[1]["fp8"]["net.0"]
+    assert not torch.equal(first["amax_history"], second["amax_history"])
+    assert first["steps"] == second["steps"] > 0
+    # the input scales in use
+    assert torch.equal(first["scale"][0], second["scale"][0]) == (amax == "reduce")
