@@ -22,7 +22,6 @@ bit. Last line ``deepspeed_ratio_max=<float>``, the larger of the two ratios.
 
 import hashlib
 import json
-import gc
 import os
 import statistics
 import subprocess
