@@ -56,3 +56,42 @@ def test_class_paths():
     assert trainer.strategy._ddp_kwargs["static_graph"] is True
     assert trainer.precision_plugin.precision == "bf16-mixed"
     assert isinstance(trainer.strategy.checkpoint_io, HPUCheckpointIO)
+
+
+FP8_ARGS = ' "init_args": {"precision": "fp8"}}'
+
+
+class TransformerEngineModel(BoringModel):
+    """BoringModel with its layer from Gaudi's Transformer Engine, as a model written for fp8 has it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        from habana_frameworks.torch.hpex.experimental import transformer_engine as te
+
+        self.layer = te.Linear(32, 2)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--trainer.precision=fp8"],
+        ['--trainer.plugins={"class_path": "pytorch_lightning.plugins.HPUPrecisionPlugin",' + FP8_ARGS],
+    ],
+    ids=["flag", "plugin"],
+)
+def test_fp8_training(args):
+    cli = LightningCLI(
+        TransformerEngineModel,
+        save_config_callback=None,
+        args=[
+            "fit",
+            "--trainer.logger=false",
+            "--trainer.accelerator=hpu",
+            "--trainer.devices=1",
+            "--trainer.max_steps=3",
+            *args,
+        ],
+    )
+    assert cli.trainer.precision_plugin.precision == "fp8"
+    # the Transformer Engine layer trained in fp8: its scaling state followed the steps
+    assert cli.model.layer.fp8_state.state_dict()["steps"] >= 2

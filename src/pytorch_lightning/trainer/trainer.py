@@ -1,7 +1,7 @@
 """The ``Trainer``: upstream's, with Intel Gaudi (HPU) flags resolved before it configures itself."""
 
 import inspect
-from typing import Any
+from typing import Any, Literal, Optional, Union
 
 import lightning.pytorch.trainer.trainer as _upstream
 from lightning.pytorch import LightningModule
@@ -14,6 +14,16 @@ from pytorch_lightning.accelerators.hpu import HPUAccelerator
 from pytorch_lightning.strategies._sigterm import _SignalConnector, _TrainingEpochLoop
 from pytorch_lightning.trainer._compiled import keep_logging_eager
 from pytorch_lightning.trainer.hpu_flags import resolve_hpu_flags
+
+
+def _signature_with_fp8() -> inspect.Signature:
+    """Upstream's signature, with ``precision="fp8"`` (Gaudi2 and newer) among the values the CLI accepts."""
+    signature = inspect.signature(_UpstreamTrainer.__init__)
+    precision = signature.parameters["precision"]
+    widened = precision.replace(annotation=Optional[Union[precision.annotation, Literal["fp8"]]])
+    return signature.replace(
+        parameters=[widened if p.name == "precision" else p for p in signature.parameters.values()]
+    )
 
 
 class Trainer(_UpstreamTrainer):
@@ -39,7 +49,7 @@ class Trainer(_UpstreamTrainer):
         return super()._run(model, *args, **kwargs)
 
     # LightningCLI/jsonargparse and the ``PL_TRAINER_*`` parser read the signature and docstring of ``__init__``
-    __init__.__signature__ = inspect.signature(_UpstreamTrainer.__init__)  # type: ignore[attr-defined]
+    __init__.__signature__ = _signature_with_fp8()  # type: ignore[attr-defined]
     __init__.__doc__ = _UpstreamTrainer.__init__.__doc__
 
 

@@ -18,6 +18,7 @@ EXPECTED_HEADLINES = {
     "deepspeed": "deepspeed_ratio_max",
     "distributed": "ddp_ratio",
     "execution_modes": "compilations_per_step_compiled",
+    "fp8": "fp8_step_ratio",
     "graph_cuts": "host_syncs_per_step_default",
     "real_models": "ratio_max",
     "trainer_overhead": "overhead_ratio_max",

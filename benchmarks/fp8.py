@@ -1,0 +1,97 @@
+"""fp8 training of the demo's digit classifier against bf16-mixed on one HPU: step time and accuracy, in one run.
+
+Each fit trains ``examples/pytorch/hpu_classifier.py``'s model from the same seed on the same data, with
+``HPUPrecisionPlugin("bf16-mixed")`` or with ``HPUPrecisionPlugin("fp8")`` after ``convert_modules(model,
+replace_layers=True)`` (its two linear layers then compute in fp8, the convolutions in bf16 autocast). The fits of
+the two kinds alternate, the order swapping every repeat. Per precision it prints median [min, max] milliseconds per
+training step after warm-up and the test accuracy after the last fit; last line ``fp8_step_ratio=<float>``, the median
+of the fp8/bf16 ratios of the median step times of fits taken one after the other. On the virtual Gaudi the fp8
+emulation runs every cast and product on the host, so the ratio says what fp8 costs CI and laptops (target <= 2.0),
+not what it saves on Gaudi.
+
+    python benchmarks/fp8.py [--fast] [--repeats N] [--epochs N]
+"""
+
+import statistics
+import sys
+import time
+import warnings
+from argparse import ArgumentParser
+from pathlib import Path
+from typing import Any
+
+from _common import interleaved, print_table, spread, use_gaudi_or_virtual
+
+use_gaudi_or_virtual()
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples" / "pytorch"))
+
+from hpu_classifier import DigitsClassifier, DigitsDataModule  # noqa: E402
+
+import pytorch_lightning as pl  # noqa: E402
+from pytorch_lightning.plugins import HPUPrecisionPlugin  # noqa: E402
+
+WARMUP = 5
+PRECISIONS = ("bf16-mixed", "fp8")
+
+
+class StepTimes(pl.Callback):
+    """The start time of every training step."""
+
+    def __init__(self) -> None:
+        self.starts: list = []
+
+    def on_train_batch_start(self, *args: Any) -> None:
+        self.starts.append(time.perf_counter())
+
+
+def fit(precision: str, epochs: int) -> dict:
+    """Train the demo's model in ``precision``; milliseconds per step after warm-up and the test accuracy."""
+    pl.seed_everything(42, verbose=False)
+    model, data, times = DigitsClassifier(), DigitsDataModule(), StepTimes()
+    plugin = HPUPrecisionPlugin(precision)
+    if precision == "fp8":
+        plugin.convert_modules(model, replace_layers=True)
+    trainer = pl.Trainer(
+        accelerator="hpu",
+        devices=1,
+        plugins=[plugin],
+        max_epochs=epochs,
+        callbacks=[times],
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    trainer.fit(model, datamodule=data)
+    (metrics,) = trainer.test(model, datamodule=data, verbose=False)
+    starts = times.starts[WARMUP:]
+    # steps that span an epoch boundary include validation: the median leaves them out
+    return {"ms": [(b - a) * 1000 for a, b in zip(starts, starts[1:])], "accuracy": metrics["test_acc"]}
+
+
+def main() -> None:
+    parser = ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--fast", action="store_true", help="one short fit of each kind (smoke test)")
+    parser.add_argument("--repeats", type=int, default=3, help="fits of each kind")
+    parser.add_argument("--epochs", type=int, default=8, help="epochs per fit (the demo trains 8)")
+    args = parser.parse_args()
+    repeats, epochs = (1, 2) if args.fast else (args.repeats, args.epochs)
+    warnings.filterwarnings("ignore", ".*does not have many workers.*")
+
+    results = interleaved(PRECISIONS, repeats, lambda precision, _: fit(precision, epochs))
+    rows = []
+    for precision, fits in results.items():
+        ms = [value for result in fits for value in result["ms"]]
+        rows.append([precision, spread(ms), f"{fits[-1]['accuracy']:.4f}"])
+    ratios = [
+        statistics.median(fp8["ms"]) / statistics.median(bf16["ms"])
+        for bf16, fp8 in zip(results["bf16-mixed"], results["fp8"])
+    ]
+    print(f"demo classifier, one HPU, {repeats} fit(s) x {epochs} epochs per precision, first {WARMUP} steps left out")
+    print_table(["precision", "ms/step", "test accuracy"], rows)
+    print(f"fp8/bf16 ratio of the median step times, target <= 2.0: {spread(ratios, 3)}")
+    print(f"fp8_step_ratio={statistics.median(ratios):.3f}")
+
+
+if __name__ == "__main__":
+    main()
