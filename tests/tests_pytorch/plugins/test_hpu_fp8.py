@@ -153,7 +153,7 @@ def test_precision_flag_and_a_model_without_transformer_engine(caplog):
     assert trainer.precision_plugin.precision == "fp8"
     with caplog.at_level("INFO"):
         trainer.fit(BoringModel())
-    assert "no Transformer Engine modules, so it trains in bf16 autocast" in caplog.text
+    assert "no Transformer Engine modules, so it trains in bf16" in caplog.text
 
 
 @pytest.mark.parametrize(

@@ -321,7 +321,6 @@ def test_config_file_and_environment_variable(tmp_path, monkeypatch):
             "HPUDeepSpeedPrecisionPlugin",
         ),
         (lambda: _trainer("hpu_deepspeed", precision="64-true"), ValueError, "not supported on HPU"),
-        (lambda: _trainer("hpu_deepspeed", precision="fp8"), ValueError, "fp8 under DeepSpeed .* not available"),
     ],
 )
 def test_bad_inputs_fail_early(make, error, match):
@@ -437,3 +436,29 @@ def test_load_full_weights_from_a_single_file_checkpoint(tmp_path):
     with deepspeed.zero.GatheredParameters(list(model.parameters())):
         loaded = {name: tensor.detach().cpu().clone() for name, tensor in model.state_dict().items()}
     assert_same_parameters(loaded, expected)
+
+
+@pytest.mark.parametrize("stage", [2, 3])
+def test_fp8_training(stage):
+    """The reference page's note: fp8 under DeepSpeed as with HPUPrecisionPlugin, with HPUDeepSpeedPrecisionPlugin."""
+    from habana_frameworks.torch.hpex.experimental.transformer_engine import Linear, recipe
+
+    model = SampleModel()
+    plugin = HPUDeepSpeedPrecisionPlugin(precision="fp8")
+    plugin.convert_modules(model, replace_layers=True, recipe=recipe.DelayedScaling(fp8_format=recipe.Format.HYBRID))
+    assert isinstance(model.l1, Linear) and isinstance(model.l2, Linear)
+    trainer = _trainer(HPUDeepSpeedStrategy(stage=stage), plugins=[plugin])
+    trainer.fit(model)
+    assert trainer.precision_plugin is plugin and trainer.strategy.config["bf16"]["enabled"]
+    assert trainer.strategy.deepspeed_engine.zero_optimization_stage() == stage
+    # the engine holds the model in bf16; the Transformer Engine layers scaled and computed in fp8 every step
+    assert model.activation_dtypes == {torch.bfloat16}
+    assert model.l1.fp8_state.state_dict()["steps"] == trainer.global_step - 1
+    trainer.test(model)
+    assert trainer.callback_metrics["test_acc"] > 0.5
+
+
+def test_fp8_precision_flag_under_deepspeed():
+    trainer = _trainer("hpu_deepspeed", precision="fp8", max_steps=1)
+    assert isinstance(trainer.precision_plugin, HPUDeepSpeedPrecisionPlugin)
+    assert trainer.precision_plugin.precision == "fp8"

@@ -10,7 +10,6 @@ import torch
 from lightning.fabric.connector import _convert_precision_to_unified_args
 from lightning.pytorch.plugins.precision.half import HalfPrecision
 from lightning.pytorch.plugins.precision.precision import Precision
-from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.utilities.rank_zero import WarningCache, rank_zero_info
 from torch.nn import Module
 from typing_extensions import override
@@ -120,27 +119,8 @@ class HPUPrecisionPlugin(Precision):
             quant: for fp8 inference.
             fp8_data_path: for fp8 inference.
         """
-        if self.precision != "fp8":
-            raise MisconfigurationException(
-                f"`convert_modules` prepares a model for fp8, but this plugin has `precision={self.precision!r}`."
-                " Create it with `HPUPrecisionPlugin(precision='fp8')`."
-            )
-        if inference:
-            raise MisconfigurationException(
-                "fp8 inference (`convert_modules(..., inference=True)`, measurement and quantization with Intel"
-                " Neural Compressor) is not available in this release. Run inference in `precision='bf16-mixed'`, or"
-                " with the fp8-trained Transformer Engine modules under this plugin."
-            )
+        hpu_fp8.prepare_for_training(module, type(self).__name__, self.precision, inference, replace_layers)
         self.recipe = recipe
-        if not replace_layers:
-            return module
-        if hpu_fp8.uses_transformer_engine(module):
-            rank_zero_info("The model already has Transformer Engine modules: its layers are left as they are.")
-            return module
-        replaced, left = hpu_fp8.replace_linear_layers(module)
-        rank_zero_info(f"fp8: {len(replaced)} linear layers now compute in fp8 with Transformer Engine.")
-        if left:
-            rank_zero_info(f"fp8: left in bf16 autocast, as their owners use the weights directly: {', '.join(left)}")
         return module
 
     def autocast_context_manager(self) -> AbstractContextManager:
@@ -160,11 +140,8 @@ class HPUPrecisionPlugin(Precision):
 
     @override
     def convert_module(self, module: Module) -> Module:
-        if self.precision == "fp8" and not hpu_fp8.uses_transformer_engine(module):
-            rank_zero_info(
-                "`precision='fp8'`: the model has no Transformer Engine modules, so it trains in bf16 autocast. Call"
-                " `plugin.convert_modules(model, replace_layers=True)` before `fit`, or build it with them."
-            )
+        if self.precision == "fp8":
+            hpu_fp8.say_if_nothing_computes_in_fp8(module)
         return module if self._half is None else self._half.convert_module(module)
 
     @override

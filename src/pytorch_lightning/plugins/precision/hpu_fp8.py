@@ -6,6 +6,8 @@ from contextlib import contextmanager
 from typing import Any, Optional
 
 import torch
+from lightning.pytorch.utilities.exceptions import MisconfigurationException
+from lightning.pytorch.utilities.rank_zero import rank_zero_info
 from torch import nn
 
 
@@ -64,3 +66,35 @@ def fp8_training_context(recipe: Any, group: Optional[Any] = None) -> Generator[
         transformer_engine().fp8_autocast(enabled=True, fp8_recipe=recipe, fp8_group=group),
     ):
         yield
+
+
+def prepare_for_training(module: nn.Module, plugin: str, precision: str, inference: bool, replace_layers: bool) -> None:
+    """What ``convert_modules`` of the HPU precision plugins does to ``module`` for fp8 training; see there."""
+    if precision != "fp8":
+        raise MisconfigurationException(
+            f"`convert_modules` prepares a model for fp8, but this plugin has `precision={precision!r}`."
+            f" Create it with `{plugin}(precision='fp8')`."
+        )
+    if inference:
+        raise MisconfigurationException(
+            "fp8 inference (`convert_modules(..., inference=True)`, measurement and quantization with Intel"
+            " Neural Compressor) is not available in this release. Run inference in `precision='bf16-mixed'`, or"
+            " with the fp8-trained Transformer Engine modules under this plugin."
+        )
+    if not replace_layers:
+        return
+    if uses_transformer_engine(module):
+        rank_zero_info("The model already has Transformer Engine modules: its layers are left as they are.")
+        return
+    replaced, left = replace_linear_layers(module)
+    rank_zero_info(f"fp8: {len(replaced)} linear layers now compute in fp8 with Transformer Engine.")
+    if left:
+        rank_zero_info(f"fp8: left in bf16 autocast, as their owners use the weights directly: {', '.join(left)}")
+
+
+def say_if_nothing_computes_in_fp8(module: nn.Module) -> None:
+    if not uses_transformer_engine(module):
+        rank_zero_info(
+            "`precision='fp8'`: the model has no Transformer Engine modules, so it trains in bf16. Call"
+            " `plugin.convert_modules(model, replace_layers=True)` before `fit`, or build it with them."
+        )
