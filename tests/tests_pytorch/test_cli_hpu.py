@@ -86,6 +86,7 @@ def test_fp8_training(args):
         args=[
             "fit",
             "--trainer.logger=false",
+            "--trainer.enable_checkpointing=false",
             "--trainer.accelerator=hpu",
             "--trainer.devices=1",
             "--trainer.max_steps=3",

@@ -133,7 +133,13 @@ def test_scaling_state_survives_a_checkpoint(tmp_path):
     model = BoringModel()
     plugin.convert_modules(model, replace_layers=True, recipe=te.recipe.DelayedScaling(amax_history_len=4))
     trainer = pl.Trainer(
-        accelerator="hpu", devices=1, plugins=[plugin], max_steps=6, logger=False, enable_progress_bar=False
+        accelerator="hpu",
+        devices=1,
+        plugins=[plugin],
+        max_steps=6,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
     )
     trainer.fit(model)
     trainer.save_checkpoint(tmp_path / "fp8.ckpt")
@@ -149,7 +155,9 @@ def test_scaling_state_survives_a_checkpoint(tmp_path):
 
 
 def test_precision_flag_and_a_model_without_transformer_engine(caplog):
-    trainer = pl.Trainer(accelerator="hpu", devices=1, precision="fp8", max_steps=1, logger=False)
+    trainer = pl.Trainer(
+        accelerator="hpu", devices=1, precision="fp8", max_steps=1, logger=False, enable_checkpointing=False
+    )
     assert trainer.precision_plugin.precision == "fp8"
     with caplog.at_level("INFO"):
         trainer.fit(BoringModel())
