@@ -14,9 +14,12 @@ import re
 import subprocess
 import sys
 import textwrap
+import warnings
 from pathlib import Path
 
 import pytest
+
+from tests_pytorch.helpers.processes import free_port
 
 ROOT = Path(__file__).resolve().parents[3]
 DOCS = ROOT / "docs" / "source-pytorch"
@@ -69,8 +72,9 @@ LIMITS = {
     "PL_TRAINER_LIMIT_TEST_BATCHES": "2",
     "PL_TRAINER_LIMIT_PREDICT_BATCHES": "2",
 }
-# the page on the virtual Gaudi shows how to activate it from code, which a process started with VIRTUAL_HPU=1 refuses
-PAGE_ENV = {"virtual_hpu.rst": {"VIRTUAL_HPU": "0"}}
+# the page on the virtual Gaudi shows how to activate it from code, which a process started with VIRTUAL_HPU=1 refuses;
+# the scale-out page builds a 2-node Trainer, which needs the rendezvous variables of node 0 (it does not fit)
+PAGE_ENV = {"virtual_hpu.rst": {"VIRTUAL_HPU": "0"}, "hpu_intermediate.rst": {"NODE_RANK": "0"}}
 OP_LISTS = {"ops_bf16.txt": "linear\nmatmul\n", "ops_fp32.txt": "softmax\n"}
 
 PAGES = sorted(DOCS.glob("*.rst")) + [ROOT / "README.md"]
@@ -103,7 +107,14 @@ def test_python_blocks_run(page, tmp_path):
     script.write_text(
         PRELUDE + "\n".join(f"exec(compile({code!r}, {f'{page.name}:{line}'!r}, 'exec'))" for line, code in blocks)
     )
-    env = {**os.environ, "VIRTUAL_HPU": "1", "MASTER_ADDR": "127.0.0.1", **LIMITS, **PAGE_ENV.get(page.name, {})}
+    env = {
+        **os.environ,
+        "VIRTUAL_HPU": "1",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(free_port()),
+        **LIMITS,
+        **PAGE_ENV.get(page.name, {}),
+    }
     result = subprocess.run(
         [sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600
     )
@@ -113,11 +124,12 @@ def test_python_blocks_run(page, tmp_path):
 MARKED = [(page, line, reason) for page in PAGES for line, _, reason in _blocks(page) if reason is not None]
 
 
-@pytest.mark.parametrize(("page", "line", "reason"), MARKED, ids=[f"{page.name}:{line}" for page, line, _ in MARKED])
-def test_marked_blocks_are_listed_with_their_reason(page, line, reason):
-    """Shows each block marked not-runnable in the test report (``-ra``), with the reason its page gives."""
-    assert len(reason) > 10, f"{page.name}:{line}: say why the block cannot run here"
-    pytest.skip(f"{page.name}:{line} is not run: {reason}")
+def test_marked_blocks_say_why_and_are_listed():
+    """Each block marked not-runnable gives its reason; the test report's warnings summary lists them all."""
+    assert len(MARKED) <= 3, "keep blocks that cannot run rare"
+    for page, line, reason in MARKED:
+        assert len(reason.split()) >= 3, f"{page.name}:{line}: say why the block cannot run here"
+        warnings.warn(f"{page.name}:{line} is not run: {reason}", UserWarning, stacklevel=1)
 
 
 @pytest.mark.slow
