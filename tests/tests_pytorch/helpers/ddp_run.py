@@ -8,9 +8,11 @@ batch), so a 1-process run on whole global batches must end with the same parame
 
 import os
 from argparse import ArgumentParser
+from contextlib import nullcontext
+from typing import Any, Optional
 
 import torch
-from torch import nn
+from torch import Tensor, nn
 from torch.utils.data import DataLoader, Dataset
 
 import pytorch_lightning as pl
@@ -67,22 +69,17 @@ class Regression(pl.LightningModule):
         return [optimizer], [{"scheduler": scheduler, "interval": "step"}]
 
 
-def full_state(trainer: pl.Trainer, model: pl.LightningModule) -> dict:
-    """The model's parameters on the host, gathered from every rank's partition under ZeRO stage 3."""
-    engine = getattr(trainer.strategy, "deepspeed_engine", None)
+def host_state(model: pl.LightningModule, engine: Optional[Any]) -> dict:
+    """The model's tensors on the host, gathered from every rank's partition first under ZeRO stage 3. An fp8
+    layer's scaling state (``_extra_state``) is not a tensor: it is saved on its own."""
+    gathered = nullcontext()
     if engine is not None and engine.zero_optimization_partition_weights():
         import deepspeed
 
-        with deepspeed.zero.GatheredParameters(list(model.parameters())):
-            return _tensors(model, clone=True)
-    return _tensors(model, clone=False)
-
-
-def _tensors(model: pl.LightningModule, clone: bool) -> dict:
-    # an fp8 layer's scaling state is not a tensor in the state dict (``_extra_state``): saved on its own
-    tensors = {name: value for name, value in model.state_dict().items() if isinstance(value, torch.Tensor)}
-    copies = {name: tensor.detach().float().cpu() for name, tensor in tensors.items()}
-    return {name: tensor.clone() for name, tensor in copies.items()} if clone else copies
+        gathered = deepspeed.zero.GatheredParameters(list(model.parameters()))
+    with gathered:
+        tensors = {name: value for name, value in model.state_dict().items() if isinstance(value, Tensor)}
+        return {name: tensor.detach().float().cpu().clone() for name, tensor in tensors.items()}
 
 
 def main() -> None:
@@ -135,7 +132,7 @@ def main() -> None:
     engine = getattr(trainer.strategy, "deepspeed_engine", None)
     torch.save(
         {
-            "state": full_state(trainer, model),
+            "state": host_state(model, engine),
             "zero_stage": engine.zero_optimization_stage() if engine is not None else None,
             "world_size": trainer.world_size,
             "strategy": type(trainer.strategy).__name__,

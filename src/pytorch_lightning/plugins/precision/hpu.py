@@ -37,7 +37,7 @@ _OP_LIST_VARIABLES = {"bf16_file_path": "LOWER_LIST", "fp32_file_path": "FP32_LI
 _INSTALLED_VARIABLES = ("LOWER_LIST", "FP32_LIST", "PT_HPU_LAZY_MODE")
 
 
-class HPUPrecisionPlugin(Precision):
+class HPUPrecisionPlugin(hpu_fp8.FP8Conversion, Precision):
     """Mixed precision on HPUs with Gaudi's autocast, plain fp32, or weights and inputs in bf16/fp16.
 
     ``Trainer(accelerator="hpu", precision="bf16-mixed")`` (or ``"16-mixed"``, ``"bf16"``, ``"bf16-true"``,
@@ -85,7 +85,6 @@ class HPUPrecisionPlugin(Precision):
                 " implements 'O1' (op lists). Use `opt_level='O1'` and list the ops to lower in `bf16_file_path`."
             )
         self.verbose = bool(settings["verbose"])
-        self.recipe: Optional[Any] = None  # the fp8 recipe; Transformer Engine's default when none is given
         self.op_list_files = {
             variable: _validated_op_list(settings[argument] or os.environ.get(variable), argument, variable)
             for argument, variable in _OP_LIST_VARIABLES.items()
@@ -96,32 +95,6 @@ class HPUPrecisionPlugin(Precision):
                 _install_op_lists(self.op_list_files)
             if self.verbose:
                 rank_zero_info(f"HPU autocast to {_AUTOCAST_DTYPES[self.precision]} with op lists {self.op_list_files}")
-
-    def convert_modules(
-        self,
-        module: Module,
-        inference: bool = False,
-        replace_layers: bool = False,
-        recipe: Optional[Any] = None,
-        quant: Union[bool, str, dict] = True,
-        fp8_data_path: Optional[str] = None,
-    ) -> Module:
-        """Prepare ``module`` for fp8 training (``precision="fp8"`` only) and return it.
-
-        Args:
-            module: the model, before ``fit``.
-            inference: fp8 inference through Intel Neural Compressor; not available in this release.
-            replace_layers: put Transformer Engine ``Linear`` layers, holding the same weights, in place of the
-                model's ``torch.nn.Linear`` layers. A model that already has Transformer Engine modules is left as it
-                is.
-            recipe: the fp8 recipe, e.g. ``recipe.DelayedScaling(fp8_format=recipe.Format.HYBRID)``; Transformer
-                Engine's default ``DelayedScaling()`` when not given.
-            quant: for fp8 inference.
-            fp8_data_path: for fp8 inference.
-        """
-        hpu_fp8.prepare_for_training(module, type(self).__name__, self.precision, inference, replace_layers)
-        self.recipe = recipe
-        return module
 
     def autocast_context_manager(self) -> AbstractContextManager:
         """``torch.autocast("hpu")`` in lower precision, around Transformer Engine's ``fp8_autocast`` for fp8;

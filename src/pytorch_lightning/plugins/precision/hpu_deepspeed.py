@@ -2,7 +2,7 @@
 modules."""
 
 from contextlib import AbstractContextManager
-from typing import Any, Optional, Union
+from typing import Union
 
 from lightning.pytorch.plugins.precision.deepspeed import DeepSpeedPrecision
 from torch.nn import Module
@@ -12,7 +12,7 @@ from pytorch_lightning.plugins.precision import hpu_fp8
 from pytorch_lightning.plugins.precision.hpu import _validate_precision
 
 
-class HPUDeepSpeedPrecisionPlugin(DeepSpeedPrecision):
+class HPUDeepSpeedPrecisionPlugin(hpu_fp8.FP8Conversion, DeepSpeedPrecision):
     """Upstream's ``DeepSpeedPrecision`` with the precisions Gaudi supports.
 
     With ``"bf16-mixed"`` or ``"16-mixed"`` (Gaudi2 and newer) DeepSpeed's engine keeps the model in bf16/fp16 and
@@ -32,23 +32,6 @@ class HPUDeepSpeedPrecisionPlugin(DeepSpeedPrecision):
         # under fp8, DeepSpeed's engine holds the model and casts the inputs as for bf16
         super().__init__("bf16-mixed" if validated == "fp8" else validated)  # type: ignore[arg-type]
         self.precision = validated
-        self.recipe: Optional[Any] = None
-
-    def convert_modules(
-        self,
-        module: Module,
-        inference: bool = False,
-        replace_layers: bool = False,
-        recipe: Optional[Any] = None,
-        quant: Union[bool, str, dict] = True,
-        fp8_data_path: Optional[str] = None,
-    ) -> Module:
-        """Prepare ``module`` for fp8 training under DeepSpeed (``precision="fp8"`` only) and return it; the arguments
-        are those of :meth:`HPUPrecisionPlugin.convert_modules
-        <pytorch_lightning.plugins.HPUPrecisionPlugin.convert_modules>`."""
-        hpu_fp8.prepare_for_training(module, type(self).__name__, self.precision, inference, replace_layers)
-        self.recipe = recipe
-        return module
 
     @override
     def convert_module(self, module: Module) -> Module:

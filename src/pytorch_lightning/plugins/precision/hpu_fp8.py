@@ -3,7 +3,7 @@ every other op follows bf16 autocast."""
 
 from collections.abc import Generator
 from contextlib import contextmanager
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 import torch
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
@@ -58,38 +58,66 @@ def replace_linear_layers(module: nn.Module) -> tuple[list[str], list[str]]:
 
 
 @contextmanager
-def fp8_training_context(recipe: Any, group: Optional[Any] = None) -> Generator[None, None, None]:
+def fp8_training_context(recipe: Any) -> Generator[None, None, None]:
     """bf16 autocast for the ops Transformer Engine does not cover, fp8 with ``recipe`` for its modules; amaxes are
-    reduced over ``group`` (all ranks when ``None``) when the recipe asks."""
+    reduced over all ranks when the recipe asks."""
     with (
         torch.autocast(device_type="hpu", dtype=torch.bfloat16),
-        transformer_engine().fp8_autocast(enabled=True, fp8_recipe=recipe, fp8_group=group),
+        transformer_engine().fp8_autocast(enabled=True, fp8_recipe=recipe),
     ):
         yield
 
 
-def prepare_for_training(module: nn.Module, plugin: str, precision: str, inference: bool, replace_layers: bool) -> None:
-    """What ``convert_modules`` of the HPU precision plugins does to ``module`` for fp8 training; see there."""
-    if precision != "fp8":
-        raise MisconfigurationException(
-            f"`convert_modules` prepares a model for fp8, but this plugin has `precision={precision!r}`."
-            f" Create it with `{plugin}(precision='fp8')`."
-        )
-    if inference:
-        raise MisconfigurationException(
-            "fp8 inference (`convert_modules(..., inference=True)`, measurement and quantization with Intel"
-            " Neural Compressor) is not available in this release. Run inference in `precision='bf16-mixed'`, or"
-            " with the fp8-trained Transformer Engine modules under this plugin."
-        )
-    if not replace_layers:
-        return
-    if uses_transformer_engine(module):
-        rank_zero_info("The model already has Transformer Engine modules: its layers are left as they are.")
-        return
-    replaced, left = replace_linear_layers(module)
-    rank_zero_info(f"fp8: {len(replaced)} linear layers now compute in fp8 with Transformer Engine.")
-    if left:
-        rank_zero_info(f"fp8: left in bf16 autocast, as their owners use the weights directly: {', '.join(left)}")
+class FP8Conversion:
+    """``convert_modules`` of the HPU precision plugins, and the fp8 recipe it records for their forward context."""
+
+    precision: str
+    recipe: Optional[Any] = None  # Transformer Engine's default ``DelayedScaling()`` when none is given
+
+    def convert_modules(
+        self,
+        module: nn.Module,
+        inference: bool = False,
+        replace_layers: bool = False,
+        recipe: Optional[Any] = None,
+        quant: Union[bool, str, dict] = True,
+        fp8_data_path: Optional[str] = None,
+    ) -> nn.Module:
+        """Prepare ``module`` for fp8 training (``precision="fp8"`` only) and return it.
+
+        Args:
+            module: the model, before ``fit``.
+            inference: fp8 inference through Intel Neural Compressor; not available in this release.
+            replace_layers: put Transformer Engine ``Linear`` layers, holding the same weights, in place of the
+                model's ``torch.nn.Linear`` layers. A model that already has Transformer Engine modules is left as it
+                is.
+            recipe: the fp8 recipe, e.g. ``recipe.DelayedScaling(fp8_format=recipe.Format.HYBRID)``; Transformer
+                Engine's default ``DelayedScaling()`` when not given.
+            quant: for fp8 inference.
+            fp8_data_path: for fp8 inference.
+        """
+        if self.precision != "fp8":
+            raise MisconfigurationException(
+                f"`convert_modules` prepares a model for fp8, but this plugin has `precision={self.precision!r}`."
+                f" Create it with `{type(self).__name__}(precision='fp8')`."
+            )
+        if inference:
+            raise MisconfigurationException(
+                "fp8 inference (`convert_modules(..., inference=True)`, measurement and quantization with Intel"
+                " Neural Compressor) is not available in this release. Run inference in `precision='bf16-mixed'`, or"
+                " with the fp8-trained Transformer Engine modules under this plugin."
+            )
+        self.recipe = recipe
+        if not replace_layers:
+            return module
+        if uses_transformer_engine(module):
+            rank_zero_info("The model already has Transformer Engine modules: its layers are left as they are.")
+            return module
+        replaced, left = replace_linear_layers(module)
+        rank_zero_info(f"fp8: {len(replaced)} linear layers now compute in fp8 with Transformer Engine.")
+        if left:
+            rank_zero_info(f"fp8: left in bf16 autocast, as their owners use the weights directly: {', '.join(left)}")
+        return module
 
 
 def say_if_nothing_computes_in_fp8(module: nn.Module) -> None:
