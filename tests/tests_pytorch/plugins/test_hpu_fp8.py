@@ -68,11 +68,13 @@ def test_convert_modules_keeps_the_weights_and_outputs(caplog):
     assert block.up is up
 
 
-def test_convert_modules_keeps_the_dtype():
-    layer = nn.Sequential(nn.Linear(16, 16)).to(torch.bfloat16)
+def test_convert_modules_keeps_the_dtype_and_frozen_parameters():
+    layer = nn.Sequential(nn.Linear(16, 16), nn.Linear(16, 16)).to(torch.bfloat16)
+    layer[0].requires_grad_(False)
     HPUPrecisionPlugin(precision="fp8").convert_modules(layer, replace_layers=True)
-    assert isinstance(layer[0], _te().Linear)
+    assert isinstance(layer[0], _te().Linear) and isinstance(layer[1], _te().Linear)
     assert layer[0].weight.dtype == torch.bfloat16
+    assert [p.requires_grad for p in layer.parameters()] == [False, False, True, True]
 
 
 def _digits_fit(precision_plugin: HPUPrecisionPlugin, epochs: int) -> tuple:

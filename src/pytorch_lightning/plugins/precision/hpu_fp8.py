@@ -51,7 +51,10 @@ def replace_linear_layers(module: nn.Module) -> tuple[list[str], list[str]]:
                 replacement.weight.copy_(child.weight)
                 if child.bias is not None:
                     replacement.bias.copy_(child.bias)
+            # a frozen layer stays frozen
             replacement.weight.requires_grad_(child.weight.requires_grad)
+            if child.bias is not None:
+                replacement.bias.requires_grad_(child.bias.requires_grad)
             setattr(owner, name, replacement)
             replaced.append(qualified)
     return replaced, left
