@@ -32,7 +32,10 @@ setup(
     package_dir={"": "src"},
     packages=find_packages("src"),
     # the habana_frameworks facade is a sys.path root of its own, put on the path only when activated
-    package_data={"virtual_hpu": ["csrc/*", "_facade/**/*.py"]},
+    package_data={
+        "virtual_hpu": ["csrc/*", "_facade/**/*.py"],
+        "pytorch_lightning": ["plugins/precision/fp8_configs/*.json"],
+    },
     python_requires=">=3.9",
     install_requires=_requirements("base"),
     extras_require={name: _requirements(name) for name in ("test", "docs", "deepspeed", "fp8", "profiler")},

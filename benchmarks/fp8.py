@@ -1,4 +1,5 @@
-"""fp8 training of the demo's digit classifier against bf16-mixed on one HPU: step time and accuracy, in one run.
+"""fp8 training and fp8 inference of the demo's digit classifier against bf16-mixed on one HPU: step time and
+accuracy, in one run.
 
 Each fit trains ``examples/pytorch/hpu_classifier.py``'s model from the same seed on the same data, with
 ``HPUPrecisionPlugin("bf16-mixed")`` or with ``HPUPrecisionPlugin("fp8")`` after ``convert_modules(model,
@@ -7,13 +8,18 @@ the two kinds alternate, the order swapping every repeat. Per precision it print
 training step after warm-up and the test accuracy after the last fit; last line ``fp8_step_ratio=<float>``, the median
 of the fp8/bf16 ratios of the median step times of fits taken one after the other. On the virtual Gaudi the fp8
 emulation runs every cast and product on the host, so the ratio says what fp8 costs CI and laptops (target <= 2.0),
-not what it saves on Gaudi.
+not what it saves on Gaudi. fp8 inference runs ``examples/pytorch/hpu_fp8_inference.py``'s three steps, each in
+its own process (bf16 training, measurement, quantization), and prints the quantized model's test accuracy beside the
+bf16 model's with the same weights.
 
     python benchmarks/fp8.py [--fast] [--repeats N] [--epochs N]
 """
 
+import json
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 import warnings
 from argparse import ArgumentParser
@@ -23,7 +29,8 @@ from typing import Any
 from _common import interleaved, print_table, spread, use_gaudi_or_virtual
 
 use_gaudi_or_virtual()
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples" / "pytorch"))
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "pytorch"
+sys.path.insert(0, str(EXAMPLES))
 
 from hpu_classifier import DigitsClassifier, DigitsDataModule  # noqa: E402
 
@@ -69,6 +76,15 @@ def fit(precision: str, epochs: int) -> dict:
     return {"ms": [(b - a) * 1000 for a, b in zip(starts, starts[1:])], "accuracy": metrics["test_acc"]}
 
 
+def fp8_inference(epochs: int) -> dict:
+    """Train in bf16, measure and quantize, each step a process of its own as fp8 inference requires."""
+    with tempfile.TemporaryDirectory() as workdir:
+        for step in ("train", "measure", "quantize"):
+            command = [sys.executable, str(EXAMPLES / "hpu_fp8_inference.py"), step, "--workdir", workdir]
+            subprocess.run([*command, "--max-epochs", str(epochs)], check=True, capture_output=True)
+        return json.loads((Path(workdir) / "fp8_inference.json").read_text())
+
+
 def main() -> None:
     parser = ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--fast", action="store_true", help="one short fit of each kind (smoke test)")
@@ -87,8 +103,14 @@ def main() -> None:
         statistics.median(fp8["ms"]) / statistics.median(bf16["ms"])
         for bf16, fp8 in zip(results["bf16-mixed"], results["fp8"])
     ]
+    inference = fp8_inference(epochs)
+    rows.append(["fp8 inference (bf16 weights, quantized)", "-", f"{inference['fp8_test_acc']:.4f}"])
     print(f"demo classifier, one HPU, {repeats} fit(s) x {epochs} epochs per precision, first {WARMUP} steps left out")
     print_table(["precision", "ms/step", "test accuracy"], rows)
+    print(
+        f"fp8 inference: {inference['fp8_test_acc']:.4f} against {inference['bf16_test_acc']:.4f} in bf16 with the same"
+        f" weights; same class for {inference['same_prediction']:.1%} of the test images"
+    )
     print(f"fp8/bf16 ratio of the median step times, target <= 2.0: {spread(ratios, 3)}")
     print(f"fp8_step_ratio={statistics.median(ratios):.3f}")
 

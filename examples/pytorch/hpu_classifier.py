@@ -87,6 +87,10 @@ class DigitsClassifier(pl.LightningModule):
     def test_step(self, batch: tuple, batch_idx: int) -> None:
         self._evaluate(batch, "test")
 
+    def predict_step(self, batch: tuple, batch_idx: int) -> torch.Tensor:
+        images, _ = batch
+        return self(images)
+
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return torch.optim.AdamW(self.parameters(), lr=self.hparams.lr)
 

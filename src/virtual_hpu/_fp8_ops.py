@@ -1,10 +1,12 @@
-"""The bridge's fp8 ops ``torch.ops.hpu.cast_to_fp8_v2``, ``cast_from_fp8`` and ``fp8_gemm_v2`` on torch's float8 types.
+"""The bridge's fp8 ops ``torch.ops.hpu.cast_to_fp8_v2``, ``cast_from_fp8``, ``fp8_gemm_v2`` and ``conv2d_fp8`` on
+torch's float8 types.
 
 Values really pass through fp8: a cast multiplies by the scale, saturates to the range the device's format can hold
 and rounds to the float8 dtype; the GEMM multiplies the fp8 operands with ``torch._scaled_mm`` and applies the inverse
-scales. Gaudi2's e4m3 holds at most 240 (torch's ``float8_e4m3fnuz`` range), also when a caller asks for
-``float8_e4m3fn``, as Intel Neural Compressor does; Gaudi3 holds the full ``float8_e4m3fn`` range. First-generation
-Gaudi has no fp8 and refuses, as the real device does.
+scales; the convolution convolves the fp8 values (exact products, fp32 sums) and applies the inverse scales. Gaudi2's
+e4m3 holds at most 240 (torch's ``float8_e4m3fnuz`` range), also when a caller asks for ``float8_e4m3fn``, as Intel
+Neural Compressor does; Gaudi3 holds the full ``float8_e4m3fn`` range. First-generation Gaudi has no fp8 and refuses,
+as the real device does.
 """
 
 from typing import Optional, Union
@@ -29,6 +31,12 @@ _GEMM_TAIL = "Tensor? bias=None, bool accumulate=False, int[]? B_scale_shape=Non
 _GEMM_SCALES = "Tensor? A_scale_inv=None, Tensor? B_scale_inv=None"
 _library.define(f"fp8_gemm_v2({_GEMM_ARGS}, {_GEMM_SCALES}, {_GEMM_TAIL}) -> Tensor")
 _library.define(f"fp8_gemm_v2.scalar({_GEMM_ARGS}, float A_scale_inv, float B_scale_inv, {_GEMM_TAIL}) -> Tensor")
+_CONV_ARGS = (
+    "Tensor input, Tensor weight, Tensor? bias=None, int[] stride=[1, 1], int[] padding=[0, 0],"
+    " int[] dilation=[1, 1], int groups=1, ScalarType? out_dtype=None"
+)
+_library.define(f"conv2d_fp8({_CONV_ARGS}, Tensor? scale_input=None, Tensor? scale_weight=None) -> Tensor")
+_library.define(f"conv2d_fp8.scalar({_CONV_ARGS}, float scale_input=1.0, float scale_weight=1.0) -> Tensor")
 
 _FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e4m3fnuz, torch.float8_e5m2)
 _GAUDI2_E4M3_MAX = 240.0
@@ -146,9 +154,35 @@ def _fp8_gemm(
     return out.to(out_dtype)
 
 
+def _conv2d_fp8(
+    input: torch.Tensor,
+    weight: torch.Tensor,
+    bias: Optional[torch.Tensor] = None,
+    stride: tuple = (1, 1),
+    padding: tuple = (0, 0),
+    dilation: tuple = (1, 1),
+    groups: int = 1,
+    out_dtype: Optional[torch.dtype] = None,
+    scale_input: Scale = None,
+    scale_weight: Scale = None,
+) -> torch.Tensor:
+    _check_supported()
+    _check_fp8(input, "conv2d_fp8: input")
+    _check_fp8(weight, "conv2d_fp8: weight")
+    out = torch.nn.functional.conv2d(input.float(), weight.float(), None, stride, padding, dilation, groups)
+    for scale in (scale_input, scale_weight):
+        if scale is not None:
+            out = out * scale
+    if bias is not None:
+        out = out + bias.float().reshape(1, -1, 1, 1)
+    return out.to(out_dtype or torch.bfloat16)
+
+
 for _overload in ("cast_to_fp8_v2", "cast_to_fp8_v2.scalar"):
     _library.impl(_overload, _cast_to_fp8, "CompositeExplicitAutograd")
 for _overload in ("cast_from_fp8", "cast_from_fp8.scalar"):
     _library.impl(_overload, _cast_from_fp8, "CompositeExplicitAutograd")
 for _overload in ("fp8_gemm_v2", "fp8_gemm_v2.scalar"):
     _library.impl(_overload, _fp8_gemm, "CompositeExplicitAutograd")
+for _overload in ("conv2d_fp8", "conv2d_fp8.scalar"):
+    _library.impl(_overload, _conv2d_fp8, "CompositeExplicitAutograd")

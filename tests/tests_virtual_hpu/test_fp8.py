@@ -52,6 +52,31 @@ def test_fp8_gemm_matches_the_product_of_the_dequantized_operands():
     assert (out.float() - exact).norm() / exact.norm() < 0.05
 
 
+def test_conv2d_fp8_matches_the_convolution_of_the_dequantized_operands():
+    """The op Intel Neural Compressor runs for quantized ``Conv2d`` layers, with tensor and scalar scales."""
+    torch.manual_seed(0)
+    x, w, bias = (
+        torch.randn(2, 3, 8, 8, device="hpu"),
+        torch.randn(4, 3, 3, 3, device="hpu"),
+        torch.randn(4, device="hpu"),
+    )
+    x8, _ = torch.ops.hpu.cast_to_fp8_v2(x, torch.tensor(16.0, device="hpu"), False, False, torch.float8_e4m3fn)
+    w8, _ = torch.ops.hpu.cast_to_fp8_v2(w, torch.tensor(8.0, device="hpu"), False, False, torch.float8_e4m3fn)
+    expected = torch.nn.functional.conv2d(x8.float() / 16, w8.float() / 8, bias, [1, 1], [1, 1])
+    inv_x, inv_w = torch.tensor(1 / 16.0, device="hpu"), torch.tensor(1 / 8.0, device="hpu")
+    out = torch.ops.hpu.conv2d_fp8(x8, w8, bias, [1, 1], [1, 1], [1, 1], 1, torch.bfloat16, inv_x, inv_w)
+    assert out.dtype == torch.bfloat16 and out.shape == (2, 4, 8, 8)
+    torch.testing.assert_close(out.float(), expected, rtol=2**-7, atol=2e-2)
+    scalar = torch.ops.hpu.conv2d_fp8.scalar(
+        x8, w8, bias, [1, 1], [1, 1], [1, 1], 1, torch.float32, scale_input=1 / 16.0, scale_weight=1 / 8.0
+    )
+    torch.testing.assert_close(scalar, expected)
+    exact = torch.nn.functional.conv2d(x, w, bias, padding=1)
+    assert (out.float() - exact).norm() / exact.norm() < 0.05
+    with pytest.raises(RuntimeError, match="conv2d_fp8: input must be an fp8 tensor"):
+        torch.ops.hpu.conv2d_fp8(x, w8, None, [1, 1], [0, 0], [1, 1], 1, None, None, None)
+
+
 def test_delayed_scaling_defaults_and_assertions():
     default = recipe.DelayedScaling()
     assert (default.margin, default.interval, default.fp8_format, default.amax_history_len) == (

@@ -91,6 +91,12 @@ class HPUDeepSpeedStrategy(_HPUStrategyMixin, _HPUParallelDevicesMixin, DeepSpee
 
     @override
     def _initialize_deepspeed_inference(self, model: Module) -> None:
+        fp8_inference = getattr(self.precision_plugin, "fp8_inference", None)
+        if self.zero_stage_3 and fp8_inference is not None and not fp8_inference.measuring:
+            raise MisconfigurationException(
+                "ZeRO stage 3 partitions the model's parameters, which DeepSpeed cannot do with the fp8 weights of a"
+                " quantized model. Run fp8 inference with ZeRO stage 0, 1 or 2 (e.g. `strategy='hpu_deepspeed'`)."
+            )
         # after `fit`, teardown left a ZeRO-3 model gathered on the host, where DeepSpeed no longer moves it from
         model.to(self.root_device)
         super()._initialize_deepspeed_inference(model)

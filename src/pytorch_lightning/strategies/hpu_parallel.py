@@ -8,7 +8,7 @@ from lightning.fabric.strategies import _StrategyRegistry
 from lightning.pytorch.overrides.distributed import _register_ddp_comm_hook
 from lightning.pytorch.strategies.ddp import DDPStrategy
 from lightning.pytorch.strategies.launchers.subprocess_script import _SubprocessScriptLauncher
-from lightning.pytorch.utilities.exceptions import SIGTERMException
+from lightning.pytorch.utilities.exceptions import MisconfigurationException, SIGTERMException
 from torch import Tensor
 from torch.distributed import ReduceOp
 from typing_extensions import override
@@ -38,6 +38,16 @@ class HPUParallelStrategy(_HPUStrategyMixin, _HPUParallelDevicesMixin, DDPStrate
 
     def __init__(self, *args: Any, process_group_backend: Optional[str] = "hccl", **kwargs: Any) -> None:
         super().__init__(*args, process_group_backend=process_group_backend, **kwargs)
+
+    @override
+    def connect(self, model: Any) -> None:
+        if getattr(self.precision_plugin, "fp8_inference", None) is not None:
+            raise MisconfigurationException(
+                "fp8 inference with Intel Neural Compressor is not supported with `strategy='hpu_parallel'`: run it on"
+                " one device (`devices=1`, strategy 'hpu_single') or with `strategy='hpu_deepspeed'` and"
+                " `HPUDeepSpeedPrecisionPlugin(precision='fp8')`."
+            )
+        super().connect(model)
 
     @override
     def setup_distributed(self) -> None:

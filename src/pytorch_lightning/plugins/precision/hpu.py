@@ -46,7 +46,8 @@ class HPUPrecisionPlugin(hpu_fp8.FP8Conversion, Precision):
     The ``-true`` precisions mean what they mean on every other device: the module's parameters, the floating-point
     inputs and the tensors created in ``forward`` are in that type, without autocast.
     ``"fp8"`` (Gaudi2 and newer) trains Transformer Engine modules in fp8 and every other op in bf16 autocast;
-    :meth:`convert_modules` puts such modules in place of the model's linear layers.
+    :meth:`convert_modules` puts such modules in place of the model's linear layers, or prepares the model for fp8
+    inference with Intel Neural Compressor (measurement, then quantization in a later process).
 
     Args:
         precision: ``"32-true"``, ``"bf16-mixed"``, ``"16-mixed"`` (Gaudi2 and newer), ``"bf16-true"``, ``"16-true"``
@@ -114,7 +115,7 @@ class HPUPrecisionPlugin(hpu_fp8.FP8Conversion, Precision):
     @override
     def convert_module(self, module: Module) -> Module:
         if self.precision == "fp8":
-            hpu_fp8.say_if_nothing_computes_in_fp8(module)
+            self.say_if_nothing_computes_in_fp8(module)
         return module if self._half is None else self._half.convert_module(module)
 
     @override

@@ -21,7 +21,8 @@ class HPUDeepSpeedPrecisionPlugin(hpu_fp8.FP8Conversion, DeepSpeedPrecision):
     ``DeepSpeedPrecision`` passed in ``plugins`` with HPU becomes this plugin.
     With ``"fp8"`` (Gaudi2 and newer) the engine works in bf16 as for ``"bf16-mixed"``, and Transformer Engine modules
     compute in fp8; :meth:`convert_modules` puts them in place of the model's linear layers, as
-    :meth:`HPUPrecisionPlugin.convert_modules <pytorch_lightning.plugins.HPUPrecisionPlugin.convert_modules>` does.
+    :meth:`HPUPrecisionPlugin.convert_modules <pytorch_lightning.plugins.HPUPrecisionPlugin.convert_modules>` does,
+    or prepares it for fp8 inference (quantized models run with ZeRO stages 0 to 2).
 
     Args:
         precision: ``"32-true"``, ``"bf16-mixed"``, ``"16-mixed"``, ``"fp8"``, or a legacy form (32, 16, ``"bf16"``).
@@ -36,7 +37,7 @@ class HPUDeepSpeedPrecisionPlugin(hpu_fp8.FP8Conversion, DeepSpeedPrecision):
     @override
     def convert_module(self, module: Module) -> Module:
         if self.precision == "fp8":
-            hpu_fp8.say_if_nothing_computes_in_fp8(module)
+            self.say_if_nothing_computes_in_fp8(module)
         return super().convert_module(module)
 
     @override

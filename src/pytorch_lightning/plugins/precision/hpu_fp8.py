@@ -1,5 +1,6 @@
-"""fp8 training on Gaudi2 and newer: Intel Gaudi's Transformer Engine modules compute in fp8 inside ``fp8_autocast``,
-every other op follows bf16 autocast."""
+"""fp8 on Gaudi2 and newer. Training: Intel Gaudi's Transformer Engine modules compute in fp8 inside
+``fp8_autocast``, every other op follows bf16 autocast. Inference: Intel Neural Compressor's measured, then quantized
+modules (``hpu_fp8_inference``)."""
 
 from collections.abc import Generator
 from contextlib import contextmanager
@@ -9,6 +10,8 @@ import torch
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.utilities.rank_zero import rank_zero_info
 from torch import nn
+
+from pytorch_lightning.plugins.precision import hpu_fp8_inference
 
 
 def transformer_engine() -> Any:
@@ -72,10 +75,14 @@ def fp8_training_context(recipe: Any) -> Generator[None, None, None]:
 
 
 class FP8Conversion:
-    """``convert_modules`` of the HPU precision plugins, and the fp8 recipe it records for their forward context."""
+    """``convert_modules`` of the HPU precision plugins, the fp8 recipe it records for their forward context, and the
+    statistics of an fp8 measurement, written when a Trainer stage (``predict``, ``test``, ...) has succeeded."""
 
     precision: str
     recipe: Optional[Any] = None  # Transformer Engine's default ``DelayedScaling()`` when none is given
+    # set by ``convert_modules(inference=True)``
+    fp8_inference: Optional[hpu_fp8_inference.FP8InferenceConfig] = None
+    _measured: Optional[nn.Module] = None
 
     def convert_modules(
         self,
@@ -86,18 +93,23 @@ class FP8Conversion:
         quant: Union[bool, str, dict] = True,
         fp8_data_path: Optional[str] = None,
     ) -> nn.Module:
-        """Prepare ``module`` for fp8 training (``precision="fp8"`` only) and return it.
+        """Prepare ``module`` for fp8 training or inference (``precision="fp8"`` only) and return it.
 
         Args:
-            module: the model, before ``fit``.
-            inference: fp8 inference through Intel Neural Compressor; not available in this release.
+            module: the model, before ``fit``, ``predict`` or ``test``.
+            inference: prepare for fp8 inference with Intel Neural Compressor instead of training: with ``quant=False``
+                measure the model's tensors during ``predict``/``test`` (the statistics are written when it ends),
+                with ``quant=True``, in a later process, quantize it from those statistics.
             replace_layers: put Transformer Engine ``Linear`` layers, holding the same weights, in place of the
                 model's ``torch.nn.Linear`` layers. A model that already has Transformer Engine modules is left as it
                 is.
             recipe: the fp8 recipe, e.g. ``recipe.DelayedScaling(fp8_format=recipe.Format.HYBRID)``; Transformer
                 Engine's default ``DelayedScaling()`` when not given.
-            quant: for fp8 inference.
-            fp8_data_path: for fp8 inference.
+            quant: for fp8 inference: ``True`` (quantize) or ``False`` (measure) with the JSON configuration that
+                ``QUANT_CONFIG`` names, or else the packaged maxabs ones; or the path of an Intel Neural Compressor JSON
+                configuration, or such a configuration as a dict (its ``mode`` decides). Files are never modified.
+            fp8_data_path: the folder of the measurements, written when measuring and read when quantizing; the
+                configuration's ``dump_stats_path``, or else ``./hqt_output``, when not given.
         """
         if self.precision != "fp8":
             raise MisconfigurationException(
@@ -105,11 +117,11 @@ class FP8Conversion:
                 f" Create it with `{type(self).__name__}(precision='fp8')`."
             )
         if inference:
-            raise MisconfigurationException(
-                "fp8 inference (`convert_modules(..., inference=True)`, measurement and quantization with Intel"
-                " Neural Compressor) is not available in this release. Run inference in `precision='bf16-mixed'`, or"
-                " with the fp8-trained Transformer Engine modules under this plugin."
-            )
+            config = hpu_fp8_inference.resolve_config(quant, fp8_data_path)
+            converted = hpu_fp8_inference.convert_for_inference(module, config)
+            self.fp8_inference = config
+            self._measured = converted if config.measuring else None
+            return converted
         self.recipe = recipe
         if not replace_layers:
             return module
@@ -122,10 +134,15 @@ class FP8Conversion:
             rank_zero_info(f"fp8: left in bf16 autocast, as their owners use the weights directly: {', '.join(left)}")
         return module
 
+    def write_fp8_measurements(self) -> None:
+        """Write what an fp8 measurement has gathered so far; the Trainer calls it when a stage has succeeded, so that a
+        failed run leaves no statistics behind."""
+        if self._measured is not None:
+            hpu_fp8_inference.finish_measurement(self._measured)
 
-def say_if_nothing_computes_in_fp8(module: nn.Module) -> None:
-    if not uses_transformer_engine(module):
-        rank_zero_info(
-            "`precision='fp8'`: the model has no Transformer Engine modules, so it trains in bf16. Call"
-            " `plugin.convert_modules(model, replace_layers=True)` before `fit`, or build it with them."
-        )
+    def say_if_nothing_computes_in_fp8(self, module: nn.Module) -> None:
+        if self.fp8_inference is None and not uses_transformer_engine(module):
+            rank_zero_info(
+                "`precision='fp8'`: the model has no Transformer Engine modules, so it trains in bf16. Call"
+                " `plugin.convert_modules(model, replace_layers=True)` before `fit`, or build it with them."
+            )

@@ -1,0 +1,174 @@
+"""fp8 inference on Gaudi2 and newer with Intel Neural Compressor: one process measures the model's tensors, a later
+one quantizes the model from those measurements."""
+
+import copy
+import inspect
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional, Union
+
+from lightning.pytorch.utilities.exceptions import MisconfigurationException
+from lightning.pytorch.utilities.rank_zero import rank_zero_info
+from torch import nn
+
+MEASURE, QUANTIZE = "MEASURE", "QUANTIZE"
+# read, never written: the effective configuration is built in memory
+_PACKAGED_CONFIGS = {
+    MEASURE: Path(__file__).parent / "fp8_configs" / "maxabs_measure.json",
+    QUANTIZE: Path(__file__).parent / "fp8_configs" / "maxabs_quant.json",
+}
+_DEFAULT_DATA_PATH = "hqt_output"
+# INC writes its statistics to files named after a prefix: ``<fp8_data_path>/measure_hooks_maxabs.npz``, ...
+_STATISTICS_PREFIX = "measure"
+# keys of the Habana Quantization Toolkit's JSON files that Intel Neural Compressor still reads
+_LEGACY_KEYS = {"method", "whitelist", "blacklist", "seperate_measure_files", "calibration_sample_interval"}
+# Measurement and quantization cannot share a process: the mode the first conversion of this process used
+_mode_of_this_process: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class FP8InferenceConfig:
+    """What :meth:`convert_modules` resolved for fp8 inference: the mode, Intel Neural Compressor's configuration, the
+    folder of the measurements and where the configuration came from (for messages)."""
+
+    mode: str
+    settings: dict
+    source: str
+
+    @property
+    def measuring(self) -> bool:
+        return self.mode == MEASURE
+
+    @property
+    def statistics(self) -> Path:
+        """INC's ``dump_stats_path``: a file prefix, e.g. ``.../hqt_output/measure`` for
+        ``.../hqt_output/measure_hooks_maxabs.npz``."""
+        return Path(self.settings["dump_stats_path"])
+
+    @property
+    def data_path(self) -> Path:
+        return self.statistics.parent
+
+
+def resolve_config(quant: Union[bool, str, os.PathLike, dict], fp8_data_path: Optional[str]) -> FP8InferenceConfig:
+    """The configuration for ``convert_modules(inference=True, quant=..., fp8_data_path=...)``.
+
+    ``quant`` as a dict or a JSON path is the configuration; ``True``/``False`` take the JSON that ``QUANT_CONFIG``
+    names, or else the packaged maxabs quantization/measurement configuration. A configuration's ``mode`` wins over a
+    boolean ``quant``. ``fp8_data_path`` wins over the configuration's ``dump_stats_path``.
+    """
+    if isinstance(quant, dict):
+        settings, source = dict(quant), "the `quant` dict"
+    elif isinstance(quant, (str, os.PathLike)):
+        settings, source = _read_json(Path(quant), f"`quant={str(quant)!r}`"), f"`quant={str(quant)!r}`"
+    elif isinstance(quant, bool):
+        if os.environ.get("QUANT_CONFIG"):
+            path = os.environ["QUANT_CONFIG"]
+            settings, source = _read_json(Path(path), f"`QUANT_CONFIG={path}`"), f"`QUANT_CONFIG={path}`"
+        else:
+            packaged = _PACKAGED_CONFIGS[QUANTIZE if quant else MEASURE]
+            settings, source = _read_json(packaged, "the packaged configuration"), f"the packaged {packaged.name}"
+    else:
+        raise MisconfigurationException(
+            f"`convert_modules(inference=True, quant={quant!r})`: `quant` is True (quantize), False (measure), the path"
+            " of an Intel Neural Compressor JSON configuration, or such a configuration as a dict."
+        )
+    _check_keys(settings, source)
+    mode = str(settings.get("mode", QUANTIZE if quant is not False else MEASURE)).upper()
+    if mode not in (MEASURE, QUANTIZE):
+        raise MisconfigurationException(
+            f"{source} has `mode={settings['mode']!r}`. fp8 inference runs in two steps: 'MEASURE' in a first process,"
+            " then 'QUANTIZE' in a later one."
+        )
+    settings.update(mode=mode, dump_stats_path=str(_statistics(settings, fp8_data_path)))
+    return FP8InferenceConfig(mode=mode, settings=settings, source=source)
+
+
+def convert_for_inference(module: nn.Module, config: FP8InferenceConfig) -> nn.Module:
+    """Put Intel Neural Compressor's measuring (``MEASURE``) or quantized (``QUANTIZE``) modules into ``module``."""
+    global _mode_of_this_process
+    if not config.measuring:
+        _check_measurements(config)
+    if _mode_of_this_process not in (None, config.mode):
+        done, asked = ("quantized", "measure") if config.measuring else ("measured", "quantize")
+        raise MisconfigurationException(
+            f"This process has already {done} a model for fp8 inference and cannot {asked} one as well: Intel Neural"
+            " Compressor's measurement and quantization must run in separate processes. Measure with"
+            " `convert_modules(model, inference=True, quant=False)` and `trainer.predict` (or `test`) in one run, then"
+            " quantize with `quant=True` in the next."
+        )
+    from neural_compressor.torch.quantization import FP8Config, convert, prepare
+
+    inc_config = FP8Config.from_dict(copy.deepcopy(config.settings))
+    if config.measuring:
+        config.data_path.mkdir(parents=True, exist_ok=True)
+        rank_zero_info(
+            f"fp8 inference: measuring with {config.source}; the statistics go to {config.data_path} (set it with"
+            " `fp8_data_path`) when `predict` or `test` ends."
+        )
+        converted = prepare(module, inc_config)
+    else:
+        rank_zero_info(f"fp8 inference: quantizing with {config.source} from the statistics in {config.data_path}.")
+        converted = convert(module, inc_config)
+    _mode_of_this_process = config.mode
+    return converted
+
+
+def finish_measurement(module: nn.Module) -> None:
+    """Write the statistics a measuring model has gathered (Intel Neural Compressor's ``finalize_calibration``)."""
+    from neural_compressor.torch.quantization import finalize_calibration
+
+    finalize_calibration(module)
+
+
+def _read_json(path: Path, source: str) -> dict:
+    if not path.is_file():
+        raise MisconfigurationException(
+            f"{source}: no such file. Name an existing Intel Neural Compressor JSON configuration, or unset"
+            " `QUANT_CONFIG` to use the packaged maxabs configurations."
+        )
+    try:
+        settings = json.loads(path.read_text())
+    except json.JSONDecodeError as error:
+        raise MisconfigurationException(f"{source} is not valid JSON: {error}") from error
+    if not isinstance(settings, dict):
+        raise MisconfigurationException(f"{source} holds a {type(settings).__name__}; expected a JSON object.")
+    return settings
+
+
+def _known_keys() -> set:
+    from neural_compressor.torch.algorithms.fp8_quant._quant_common import quant_config
+    from neural_compressor.torch.quantization import FP8Config
+
+    parameters = inspect.signature(FP8Config.__init__).parameters
+    known = {name for name, p in parameters.items() if p.kind is p.POSITIONAL_OR_KEYWORD and name != "self"}
+    return known | set(getattr(quant_config, "_config_to_enum", {})) | _LEGACY_KEYS
+
+
+def _check_keys(settings: dict, source: str) -> None:
+    unknown = sorted(set(settings) - _known_keys())
+    if unknown:
+        raise MisconfigurationException(
+            f"{source} has keys Intel Neural Compressor does not know: {', '.join(unknown)}. Its fp8 keys are those"
+            " of `neural_compressor.torch.quantization.FP8Config` (mode, observer, scale_method, allowlist,"
+            " blocklist, dump_stats_path, ...)."
+        )
+
+
+def _statistics(settings: dict, fp8_data_path: Optional[str]) -> Path:
+    if fp8_data_path is not None:
+        return Path(fp8_data_path).absolute() / _STATISTICS_PREFIX
+    if "dump_stats_path" in settings:
+        return Path(settings["dump_stats_path"]).absolute()
+    return Path(_DEFAULT_DATA_PATH).absolute() / _STATISTICS_PREFIX
+
+
+def _check_measurements(config: FP8InferenceConfig) -> None:
+    if not any(config.data_path.glob(f"{config.statistics.name}_hooks_*.json")):
+        raise MisconfigurationException(
+            f"fp8 quantization reads the measurements in {config.data_path}, and there are none. Measure first, in"
+            " another process: `convert_modules(model, inference=True, quant=False, fp8_data_path=...)`, then"
+            " `trainer.predict` or `trainer.test` on a portion of the data."
+        )
