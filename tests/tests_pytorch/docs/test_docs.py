@@ -6,7 +6,9 @@ as a reader would. Before them runs ``PRELUDE``: the imports every page assumes,
 that fragments pass to the Trainer; the op-list files that examples name exist in the working folder. Fits are
 capped by ``PL_TRAINER_*`` defaults (a few steps and batches), which arguments a block passes explicitly override.
 A block that cannot run here (it needs 8 real cards, a second node, ...) is preceded by a comment line
-``.. not-runnable: <reason>`` (``<!-- not-runnable: <reason> -->`` in Markdown); the reason is required.
+``.. not-runnable: <reason>`` (``<!-- not-runnable: <reason> -->`` in Markdown); the reason is required. A block
+preceded by ``.. new-process: <reason>`` starts a fresh interpreter (in the same working folder) for itself and the
+blocks after it, as a page that tells the reader to run it in a new process (fp8 quantization after measurement).
 """
 
 import os
@@ -25,10 +27,12 @@ ROOT = Path(__file__).resolve().parents[3]
 DOCS = ROOT / "docs" / "source-pytorch"
 RST_BLOCK = re.compile(r"^\.\. code-block:: (\w+)\s*$")
 SKIP = re.compile(r"^(?:\.\. |<!-- )not-runnable:\s*(\S.*?)\s*(?:-->)?$")
+NEW_PROCESS = re.compile(r"^\.\. new-process:\s*\S")
 
 
 def _rst_blocks(text: str) -> list:
-    """(first line number, code, skip reason or None) of each Python block of a reStructuredText page."""
+    """(first line number, code, skip reason or None) of each Python block of a reStructuredText page; the code of a
+    block that starts a new process begins with ``NEW_PROCESS_MARK``."""
     lines, blocks = text.splitlines(), []
     for number, line in enumerate(lines):
         match = RST_BLOCK.match(line)
@@ -42,7 +46,10 @@ def _rst_blocks(text: str) -> list:
         while index < len(lines) and (not lines[index].strip() or lines[index].startswith((" ", "\t"))):
             body.append(lines[index])
             index += 1
-        blocks.append((number + 1, textwrap.dedent("\n".join(body)), skip[1] if skip else None))
+        code = textwrap.dedent("\n".join(body))
+        blocks.append(
+            (number + 1, NEW_PROCESS_MARK + code if NEW_PROCESS.match(previous) else code, skip[1] if skip else None)
+        )
     return blocks
 
 
@@ -56,6 +63,7 @@ def _markdown_blocks(text: str) -> list:
     return blocks
 
 
+NEW_PROCESS_MARK = "# new process\n"
 PRELUDE = """
 import torch
 from torch import nn
@@ -94,16 +102,29 @@ def test_the_parser_finds_blocks_and_markers():
         ".. not-runnable: needs 8 cards\n.. code-block:: python\n\n    a = 1\n\n.. code-block:: python\n\n    b = a\n"
     )
     assert _rst_blocks(page) == [(2, "\na = 1\n", "needs 8 cards"), (6, "\nb = a", None)]
+    second = _rst_blocks(
+        ".. code-block:: python\n\n    a = 1\n\n.. new-process: as the page says\n.. code-block:: python\n\n    b = 2\n"
+    )
+    assert second == [(1, "\na = 1\n", None), (6, NEW_PROCESS_MARK + "\nb = 2", None)]
     assert len([block for page in PAGES for block in _blocks(page)]) >= 20
 
 
 @pytest.mark.parametrize("page", [page for page in PAGES if _runnable(page)], ids=lambda page: page.name)
 def test_python_blocks_run(page, tmp_path):
-    blocks = _runnable(page)
-    # each block is compiled on its own so that a failure names the page's line
+    processes: list = []
+    for line, code in _runnable(page):
+        if not processes or code.startswith(NEW_PROCESS_MARK):
+            processes.append([])
+        processes[-1].append((line, code))
     for name, content in OP_LISTS.items():
         (tmp_path / name).write_text(content)
-    script = tmp_path / "page.py"  # a file, as the multi-device examples start one process per device from it
+    for blocks in processes:
+        _run_blocks(page, blocks, tmp_path)
+
+
+def _run_blocks(page: Path, blocks: list, folder: Path) -> None:
+    # each block is compiled on its own so that a failure names the page's line
+    script = folder / "page.py"  # a file, as the multi-device examples start one process per device from it
     script.write_text(
         PRELUDE + "\n".join(f"exec(compile({code!r}, {f'{page.name}:{line}'!r}, 'exec'))" for line, code in blocks)
     )
@@ -116,7 +137,7 @@ def test_python_blocks_run(page, tmp_path):
         **PAGE_ENV.get(page.name, {}),
     }
     result = subprocess.run(
-        [sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600
+        [sys.executable, str(script)], cwd=folder, env=env, capture_output=True, text=True, timeout=600
     )
     assert result.returncode == 0, f"{page.name}:\n{result.stderr[-4000:]}"
 

@@ -249,3 +249,10 @@ def test_deepspeed_plugin_takes_the_same_inference_arguments(tmp_path, monkeypat
     monkeypatch.delenv("QUANT_CONFIG", raising=False)
     with pytest.raises(MisconfigurationException, match="and there are none"):
         HPUDeepSpeedPrecisionPlugin("fp8").convert_modules(BoringModel(), inference=True, fp8_data_path=str(tmp_path))
+
+
+def test_measurements_of_another_number_of_processes_are_named(tmp_path, monkeypatch):
+    monkeypatch.delenv("QUANT_CONFIG", raising=False)
+    (tmp_path / "measure_hooks_maxabs_3_4.json").write_text("{}")
+    with pytest.raises(MisconfigurationException, match=r"which has measure_hooks_maxabs_3_4.json: .* another number"):
+        HPUPrecisionPlugin("fp8").convert_modules(BoringModel(), inference=True, fp8_data_path=str(tmp_path))

@@ -166,9 +166,28 @@ def _statistics(settings: dict, fp8_data_path: Optional[str]) -> Path:
 
 
 def _check_measurements(config: FP8InferenceConfig) -> None:
-    if not any(config.data_path.glob(f"{config.statistics.name}_hooks_*.json")):
+    observer = config.settings.get("observer", "maxabs")
+    expected = config.data_path / f"{config.statistics.name}_hooks_{observer}{_process_suffix()}.json"
+    if expected.is_file():
+        return
+    found = sorted(path.name for path in config.data_path.glob(f"{config.statistics.name}_hooks_{observer}*.json"))
+    if found:
         raise MisconfigurationException(
-            f"fp8 quantization reads the measurements in {config.data_path}, and there are none. Measure first, in"
-            " another process: `convert_modules(model, inference=True, quant=False, fp8_data_path=...)`, then"
-            " `trainer.predict` or `trainer.test` on a portion of the data."
+            f"fp8 quantization reads {expected.name} in {config.data_path}, which has {', '.join(found)}: the"
+            " measurement ran with another number of processes (the name ends in _<rank>_<processes>). Quantize with"
+            " as many processes as measured, or measure again as you will quantize."
         )
+    raise MisconfigurationException(
+        f"fp8 quantization reads the measurements in {config.data_path}, and there are none. Measure first, in"
+        " another process: `convert_modules(model, inference=True, quant=False, fp8_data_path=...)`, then"
+        " `trainer.predict` or `trainer.test` on a portion of the data."
+    )
+
+
+def _process_suffix() -> str:
+    """What Intel Neural Compressor appends to the statistics' file names in this process: ``_<rank>_<processes>`` once
+    the process belongs to a distributed run (it remembers the first answer), nothing otherwise."""
+    from neural_compressor.torch.algorithms.fp8_quant.prepare_quant.prepare_model import get_local_rank, get_world_size
+
+    rank = get_local_rank()
+    return f"_{rank}_{get_world_size()}" if rank >= 0 else ""
