@@ -9,6 +9,7 @@ input shapes and dtypes) is new, as the bridge compiles it once and then takes i
 ``graph_compilation`` serves both modes.
 """
 
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Optional
@@ -25,6 +26,8 @@ class CompiledGraph:
     ops: int  # aten ops in the graph
     input_shapes: tuple
     reason: Optional[str]  # dynamo's guard failure that caused this recompilation; None for a first compilation
+    # where the traced code starts: the outermost frame of the first op's stack trace, "file:line in function"
+    source: Optional[str] = None
 
 
 @dataclass
@@ -58,9 +61,25 @@ def record(graph: torch.fx.GraphModule, example_inputs: list, started_ns: int, r
     global _compiled_by_backend
     ops = sum(1 for node in graph.graph.nodes if node.op == "call_function")
     shapes = tuple(tuple(t.shape) for t in example_inputs if isinstance(t, torch.Tensor))
-    _totals.graphs.append(CompiledGraph(ops, shapes, reason))
+    compiled = CompiledGraph(ops, shapes, reason, _source(graph))
+    _totals.graphs.append(compiled)
     _totals.time_ns += time.perf_counter_ns() - started_ns
     _compiled_by_backend += 1
+    from virtual_hpu import events
+
+    events.publish(events.Event(events.COMPILATION, compiled))
+
+
+_FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
+
+
+def _source(graph: torch.fx.GraphModule) -> Optional[str]:
+    for node in graph.graph.nodes:
+        frames = _FRAME.findall(node.meta.get("stack_trace") or "")
+        if frames:
+            file, line, function = frames[0]
+            return f"{file}:{line} in {function}"
+    return None
 
 
 def compiled_ever() -> int:

@@ -142,6 +142,12 @@ class HPUProfiler(PyTorchProfiler):
         # traces are written by ``_write_trace`` unless the user brings an ``on_trace_ready``
         self._writes_traces = not self._has_on_trace_ready
         self._has_on_trace_ready = True
+        self._performance_report: Optional[Callable[[], str]] = None
+
+    def attach_report(self, report: Callable[[], str]) -> None:
+        """Append ``report()`` to :meth:`summary`; :class:`~pytorch_lightning.callbacks.HPUPerformanceMonitor` attaches
+        its findings this way when both are used."""
+        self._performance_report = report
 
     @override
     def start(self, action_name: str) -> None:
@@ -279,6 +285,8 @@ class HPUProfiler(PyTorchProfiler):
             lines += [_ranges_table(ranges, self._row_limit)]
         if hpu and _is_lazy():
             lines += textwrap.wrap(_LAZY_MODE_NOTE, width=_NAME_WIDTH + 40)
+        if self._performance_report is not None:
+            lines.append(self._performance_report())
         return os.linesep.join(lines)
 
     def _report_title(self, hpu: bool) -> str:

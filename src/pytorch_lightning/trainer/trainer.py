@@ -1,6 +1,7 @@
 """The ``Trainer``: upstream's, with Intel Gaudi (HPU) flags resolved before it configures itself."""
 
 import inspect
+import os
 from typing import Any, Literal, Optional, Union
 
 import lightning.pytorch.trainer.trainer as _upstream
@@ -11,6 +12,7 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_info
 
 from pytorch_lightning import _aliasing
 from pytorch_lightning.accelerators.hpu import HPUAccelerator
+from pytorch_lightning.callbacks import hpu_performance as performance
 from pytorch_lightning.plugins.precision.hpu_fp8 import FP8Conversion
 from pytorch_lightning.strategies._sigterm import _SignalConnector, _TrainingEpochLoop
 from pytorch_lightning.trainer._compiled import keep_logging_eager
@@ -43,6 +45,7 @@ class Trainer(_UpstreamTrainer):
         steps = self.fit_loop.epoch_loop
         self.fit_loop.epoch_loop = _TrainingEpochLoop(self, min_steps=steps.min_steps, max_steps=steps.max_steps)
         _log_hpu_info(self)
+        _add_performance_monitor_if_asked(self)
 
     def _run(self, model: LightningModule, *args: Any, **kwargs: Any) -> Any:
         # every stage (fit, validate, test, predict) hands its unwrapped, possibly compiled, module to `_run`
@@ -62,6 +65,13 @@ def _log_hpu_info(trainer: Trainer) -> None:
     kind = f" ({HPUAccelerator.describe()})" if available else ""
     used = trainer.num_devices if isinstance(trainer.accelerator, HPUAccelerator) else 0
     rank_zero_info(f"HPU available: {available}{kind}, using: {used} HPUs")
+
+
+def _add_performance_monitor_if_asked(trainer: Trainer) -> None:
+    wanted = os.environ.get(performance.ENVIRONMENT_FLAG, "0") not in ("", "0")
+    present = any(isinstance(callback, performance.HPUPerformanceMonitor) for callback in trainer.callbacks)
+    if wanted and not present and isinstance(trainer.accelerator, HPUAccelerator):
+        trainer.callbacks.append(performance.HPUPerformanceMonitor())
 
 
 _aliasing.extend_upstream(__name__, _upstream)

@@ -1,6 +1,7 @@
 // Counters of what a lazy-mode Gaudi run would turn into graphs and host syncs.
 #include "virtual_hpu.h"
 
+#include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/library.h>
 
 #include <atomic>
@@ -24,6 +25,17 @@ std::atomic<uint64_t> g_graph_digest{0};
 std::atomic<int64_t> g_lazy_compilations{0};
 std::mutex g_seen_mutex;
 std::unordered_set<uint64_t> g_seen_graphs;
+// While a tool listens (virtual_hpu.events), each host sync and lazy compilation is reported to Python through the
+// op virtual_hpu::event, which Python implements; off, the check is one relaxed load.
+std::atomic<bool> g_report_events{false};
+
+void reportEvent(const char* kind) {
+  if (!g_report_events.load(std::memory_order_relaxed)) return;
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("virtual_hpu::event", "")
+                             .typed<void(c10::string_view)>();
+  op.call(kind);
+}
 
 uint64_t mix(uint64_t value) {
   // splitmix64's finaliser: spreads the bits so that sums of digests rarely collide
@@ -38,10 +50,13 @@ void cutGraph() {
   const int64_t ops = g_ops_since_cut.exchange(0);
   const uint64_t digest = g_graph_digest.exchange(0);
   if (ops == 0) return;
+  bool compiled = false;
   if (isLazy()) {
     std::lock_guard<std::mutex> lock(g_seen_mutex);
-    if (g_seen_graphs.insert(mix(digest + static_cast<uint64_t>(ops))).second) ++g_lazy_compilations;
+    compiled = g_seen_graphs.insert(mix(digest + static_cast<uint64_t>(ops))).second;
+    if (compiled) ++g_lazy_compilations;
   }
+  if (compiled) reportEvent("compilation");
   ++g_graphs;
   g_last_graph_ops = ops;
   int64_t max = g_max_graph_ops.load();
@@ -69,7 +84,11 @@ void resetCounters() {
 
 int64_t lazyCompilations() { return g_lazy_compilations.load(); }
 
+void reportEvents(bool enabled) { g_report_events = enabled; }
+
 TORCH_LIBRARY_FRAGMENT(virtual_hpu, m) {
+  m.def("event(str kind) -> ()");
+  m.def("report_events(bool enabled) -> ()", &reportEvents);
   m.def("lazy_graph_compilations() -> int", &lazyCompilations);
   m.def("mark_step() -> ()", &markStep);
   m.def("counters() -> int[]", &counters);
@@ -102,8 +121,9 @@ uint64_t opDigest(const c10::OperatorHandle& op, const torch::jit::Stack& stack,
 
 void countHostSync() {
   ++g_host_syncs;
-  // Reading a value on the host forces the pending lazy graph to run.
+  // Reading a value on the host forces the pending lazy graph to run (compiled first if new).
   if (isLazy()) cutGraph();
+  reportEvent("host_sync");
 }
 
 }  // namespace virtual_hpu
