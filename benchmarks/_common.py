@@ -78,3 +78,24 @@ def interleaved(
         for case in cases if repeat % 2 == 0 else list(reversed(cases)):
             results[case].append(measure(case, repeat))
     return results
+
+
+def step_clock(warmup: int) -> tuple:
+    """(callback, milliseconds): a Trainer callback noting when each training step starts, and the function giving
+    the milliseconds between consecutive steps after the first ``warmup``. Call it after ``use_gaudi_or_virtual()``.
+    """
+    import time
+
+    from lightning.pytorch import Callback
+
+    starts: list = []
+
+    class _Clock(Callback):
+        def on_train_batch_start(self, *args: object) -> None:
+            starts.append(time.perf_counter())
+
+    def milliseconds() -> list:
+        kept = starts[warmup:]
+        return [(b - a) * 1000 for a, b in zip(kept, kept[1:])]
+
+    return _Clock(), milliseconds

@@ -20,13 +20,11 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 import warnings
 from argparse import ArgumentParser
 from pathlib import Path
-from typing import Any
 
-from _common import interleaved, print_table, spread, use_gaudi_or_virtual
+from _common import interleaved, print_table, spread, step_clock, use_gaudi_or_virtual
 
 use_gaudi_or_virtual()
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "pytorch"
@@ -41,20 +39,11 @@ WARMUP = 5
 PRECISIONS = ("bf16-mixed", "fp8")
 
 
-class StepTimes(pl.Callback):
-    """The start time of every training step."""
-
-    def __init__(self) -> None:
-        self.starts: list = []
-
-    def on_train_batch_start(self, *args: Any) -> None:
-        self.starts.append(time.perf_counter())
-
-
 def fit(precision: str, epochs: int) -> dict:
     """Train the demo's model in ``precision``; milliseconds per step after warm-up and the test accuracy."""
     pl.seed_everything(42, verbose=False)
-    model, data, times = DigitsClassifier(), DigitsDataModule(), StepTimes()
+    model, data = DigitsClassifier(), DigitsDataModule()
+    clock, milliseconds = step_clock(WARMUP)
     plugin = HPUPrecisionPlugin(precision)
     if precision == "fp8":
         plugin.convert_modules(model, replace_layers=True)
@@ -63,7 +52,7 @@ def fit(precision: str, epochs: int) -> dict:
         devices=1,
         plugins=[plugin],
         max_epochs=epochs,
-        callbacks=[times],
+        callbacks=[clock],
         logger=False,
         enable_checkpointing=False,
         enable_progress_bar=False,
@@ -71,9 +60,8 @@ def fit(precision: str, epochs: int) -> dict:
     )
     trainer.fit(model, datamodule=data)
     (metrics,) = trainer.test(model, datamodule=data, verbose=False)
-    starts = times.starts[WARMUP:]
     # steps that span an epoch boundary include validation: the median leaves them out
-    return {"ms": [(b - a) * 1000 for a, b in zip(starts, starts[1:])], "accuracy": metrics["test_acc"]}
+    return {"ms": milliseconds(), "accuracy": metrics["test_acc"]}
 
 
 def fp8_inference(epochs: int) -> dict:

@@ -72,7 +72,8 @@ class DigitsClassifier(pl.LightningModule):
     def training_step(self, batch: tuple, batch_idx: int) -> torch.Tensor:
         images, labels = batch
         loss = F.cross_entropy(self(images), labels)
-        self.log("train_loss", loss, prog_bar=True)
+        # the epoch's mean: a value shown or logged every step would be read on the host every step
+        self.log("train_loss", loss, prog_bar=True, on_step=False, on_epoch=True)
         return loss
 
     def _evaluate(self, batch: tuple, stage: str) -> None:

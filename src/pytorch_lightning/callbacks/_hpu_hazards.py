@@ -2,6 +2,7 @@
 
 import linecache
 import os
+import re
 import sysconfig
 from dataclasses import dataclass, field
 from types import FrameType
@@ -20,6 +21,7 @@ _LIBRARIES = tuple(os.path.dirname(module.__file__) + os.sep for module in (torc
 _VIRTUAL_GAUDI = ("virtual_hpu" + os.sep, "habana_frameworks" + os.sep)
 # where Lightning reads logged values for the progress bar, the loggers and callback metrics
 _LIGHTNING_LOGGING = ("logger_connector", "progress", "apply_func", "loggers", "result.py")
+_RESUMED = re.compile(r"^torch_dynamo_resume_in_(\w+?)_at_\d+$")
 _LIGHTNING = tuple(os.path.dirname(module.__file__) + os.sep for module in (lightning, pytorch_lightning))
 
 
@@ -117,7 +119,9 @@ def short_source(source: str) -> str:
 
 def _describe(frame: FrameType) -> tuple[str, str]:
     filename, line = frame.f_code.co_filename, frame.f_lineno
-    return f"{_short(filename)}:{line} in {frame.f_code.co_name}", linecache.getline(filename, line).strip()
+    # after a graph break, torch.compile runs the rest of a function as a function of its own
+    function = _RESUMED.sub(r"\1", frame.f_code.co_name)
+    return f"{_short(filename)}:{line} in {function}", linecache.getline(filename, line).strip()
 
 
 def _short(filename: str) -> str:

@@ -23,6 +23,7 @@ EXPECTED_HEADLINES = {
     "execution_modes": "compilations_per_step_compiled",
     "fp8": "fp8_step_ratio",
     "graph_cuts": "host_syncs_per_step_default",
+    "performance_monitor": "monitor_overhead_ratio",
     "real_models": "ratio_max",
     "trainer_overhead": "overhead_ratio_max",
     "virtual_device": "ratio_max",
@@ -78,6 +79,8 @@ def test_what_does_not_depend_on_timing(run_all):
     assert len(rows) == 3 and all(row.rstrip(" |").endswith("bitwise") for row in rows)
     # DeepSpeed's loop on the HPU and on the CPU, and the Trainer with hpu_deepspeed_stage_2, end alike, bit for bit
     assert "bitwise equal, loop hpu and loop cpu: yes" in outputs["deepspeed"]
+    # the demo has none of the hazards HPUPerformanceMonitor looks for
+    assert "clean, no host syncs, recompilations or CPU fallbacks" in outputs["performance_monitor"]
     assert "bitwise equal, trainer hpu and loop hpu: yes" in outputs["deepspeed"]
     # hpu_parallel and CPU DDP end with the same loss
     assert "bitwise equal: yes" in outputs["distributed"]
