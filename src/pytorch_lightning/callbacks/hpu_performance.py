@@ -121,7 +121,7 @@ class HPUPerformanceMonitor(Callback):
         self._report = PerformanceReport(
             device=HPUAccelerator.describe(), mode=mode, virtual=virtual, warmup_steps=self.warmup_steps
         )
-        self._hazards, self._host_syncs, self._step = {}, 0, -1
+        self._hazards, self._host_syncs, self._step, self._signatures = {}, 0, -1, ("", "")
         self._step_source = hazards.function_where(type(pl_module).training_step)
         if virtual:
             from virtual_hpu import events
@@ -184,7 +184,7 @@ class HPUPerformanceMonitor(Callback):
         report.steps = {0: self._step + 1 if report.virtual else trainer.fit_loop.epoch_loop._batches_that_stepped}
         report.hazards = {0: sorted(self._hazards.values(), key=lambda hazard: -hazard.count)}
         if trainer.world_size > 1:
-            _gather_ranks(report, trainer.global_rank)
+            _gather_ranks(report)
         if self.verbose:
             rank_zero_info(str(report))
 
@@ -193,7 +193,7 @@ class HPUPerformanceMonitor(Callback):
         self._stop_listening()
 
     def report(self) -> Optional[PerformanceReport]:
-        """The findings of the last ``fit``, for all ranks on rank 0 (its own on the others); None before one."""
+        """The findings of the last ``fit``, every rank's (each rank holds them all); None before a fit on HPUs."""
         return self._report
 
     def _on_event(self, event: Any) -> None:
@@ -245,7 +245,7 @@ def _bridge_counts() -> dict:
     return {"compilations": total("graph_compilation"), "cpu_fallbacks": total("cpu_fallback")}
 
 
-def _gather_ranks(report: PerformanceReport, rank: int) -> None:
+def _gather_ranks(report: PerformanceReport) -> None:
     """Every rank's findings into the report (all ranks take part; rank 0 prints them)."""
     own = (report.steps[0], report.compilations.get(0, 0), report.cpu_fallbacks.get(0, 0), report.hazards[0])
     gathered: list = [None] * torch.distributed.get_world_size()

@@ -55,6 +55,13 @@ class HPUDeepSpeedStrategy(_HPUStrategyMixin, _HPUParallelDevicesMixin, DeepSpee
                 f"`{type(self).__name__}` trains on HPUs but `{type(self.accelerator).__name__}` is used. Pass"
                 " `Trainer(accelerator='hpu')`, or use `DeepSpeedStrategy` for CUDA GPUs."
             )
+        # before any process group exists, so that the refusal leaves nothing to tear down
+        fp8_inference = getattr(self.precision_plugin, "fp8_inference", None)
+        if self.zero_stage_3 and fp8_inference is not None and not fp8_inference.measuring:
+            raise MisconfigurationException(
+                "ZeRO stage 3 partitions the model's parameters, which DeepSpeed cannot do with the fp8 weights of a"
+                " quantized model. Run fp8 inference with ZeRO stage 0, 1 or 2 (e.g. `strategy='hpu_deepspeed'`)."
+            )
         _use_deepspeed_hpu_accelerator()
         self._linear_before_setup = torch.nn.functional.linear
         self._setup_hpu()
@@ -91,12 +98,6 @@ class HPUDeepSpeedStrategy(_HPUStrategyMixin, _HPUParallelDevicesMixin, DeepSpee
 
     @override
     def _initialize_deepspeed_inference(self, model: Module) -> None:
-        fp8_inference = getattr(self.precision_plugin, "fp8_inference", None)
-        if self.zero_stage_3 and fp8_inference is not None and not fp8_inference.measuring:
-            raise MisconfigurationException(
-                "ZeRO stage 3 partitions the model's parameters, which DeepSpeed cannot do with the fp8 weights of a"
-                " quantized model. Run fp8 inference with ZeRO stage 0, 1 or 2 (e.g. `strategy='hpu_deepspeed'`)."
-            )
         # after `fit`, teardown left a ZeRO-3 model gathered on the host, where DeepSpeed no longer moves it from
         model.to(self.root_device)
         super()._initialize_deepspeed_inference(model)

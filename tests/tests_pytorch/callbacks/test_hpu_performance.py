@@ -214,3 +214,33 @@ def test_the_profiler_summary_includes_the_report(tmp_path):
     summary = profiler.summary()
     assert "HPU performance report" in summary and "host sync: 4 (1.00 per step)" in summary
     assert 'self.seen = output["loss"].item()' in summary
+
+
+def test_epoch_figures_are_logged_on_the_virtual_gaudi():
+    class Reading(BoringModel):
+        def training_step(self, batch, batch_idx):
+            output = super().training_step(batch, batch_idx)
+            self.seen = output["loss"].item()
+            return output
+
+    logger = _Recorded()
+    logger.metrics = []
+    trainer = pl.Trainer(
+        accelerator="hpu",
+        devices=1,
+        max_epochs=2,
+        limit_train_batches=5,
+        limit_val_batches=0,
+        callbacks=[HPUPerformanceMonitor(verbose=False)],
+        logger=logger,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    trainer.fit(Reading())
+    epochs = [m for m in logger.metrics if "hpu/host_syncs_per_step" in m]
+    assert len(epochs) == 2
+    # one read per step, every step counted (the report leaves the warm-up steps out, the figures do not)
+    assert [m["hpu/host_syncs_per_step"] for m in epochs] == [1.0, 1.0]
+    assert [m["hpu/recompilations"] for m in epochs] == [0, 0]
+    assert [m["hpu/cpu_fallbacks"] for m in epochs] == [0, 0]
