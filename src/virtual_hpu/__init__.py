@@ -63,13 +63,18 @@ def activate(
     """
     global _active
     wanted = resolve(devices, generation, memory_mb)
+    # the first ``import torch`` runs its device-backend autoload, which may activate us (once) before we go on
+    import torch
+
     if _active is not None:
         if wanted != _active and (devices, generation, memory_mb) != (None, None, None):
-            raise RuntimeError(f"The virtual Gaudi is already active as {_active}; it cannot become {wanted}")
+            raise RuntimeError(
+                f"The virtual Gaudi is already active as {_active}; it cannot become {wanted} in this process. Set"
+                " VIRTUAL_HPU_DEVICES, VIRTUAL_HPU_GENERATION or VIRTUAL_HPU_MEMORY_MB before the process imports torch"
+                " (with VIRTUAL_HPU=1, `import torch` activates it)."
+            )
         return _active
     _refuse_real_installation()
-
-    import torch
 
     from virtual_hpu import _native, autocast
 

@@ -45,6 +45,15 @@ def test_env_activation_in_a_child_announces_once(python, lazy_flag, mode):
     ]
 
 
+@pytest.mark.parametrize("first_import", ["pytorch_lightning", "virtual_hpu; virtual_hpu.activate_from_env()"])
+def test_activation_started_before_torch_is_imported_announces_once(python, first_import):
+    """``activate`` imports torch, whose autoload activates first: the outer call must not set the device up again."""
+    result = python(f"import {first_import}; import torch; print(torch.hpu.device_count())", VIRTUAL_HPU="1")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["8"]
+    assert len([line for line in result.stderr.splitlines() if "Virtual Gaudi active" in line]) == 1, result.stderr
+
+
 def test_env_off_does_not_activate(python):
     result = python("import virtual_hpu; print(virtual_hpu.activate_from_env())", VIRTUAL_HPU="0")
     assert result.stdout.strip() == "False"
