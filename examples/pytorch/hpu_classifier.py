@@ -73,7 +73,7 @@ class DigitsClassifier(pl.LightningModule):
         images, labels = batch
         loss = F.cross_entropy(self(images), labels)
         # the epoch's mean: a value shown or logged every step would be read on the host every step
-        self.log("train_loss", loss, prog_bar=True, on_step=False, on_epoch=True)
+        self.log("train_loss", loss, prog_bar=True, on_step=False, on_epoch=True, sync_dist=True)
         return loss
 
     def _evaluate(self, batch: tuple, stage: str) -> None:

@@ -106,7 +106,8 @@ class LanguageModel(pl.LightningModule):
 
     def training_step(self, batch: torch.Tensor, batch_idx: int) -> torch.Tensor:
         loss = self.model(input_ids=batch, labels=batch).loss
-        self.log("train_loss", loss, prog_bar=True)
+        # the epoch mean: a value on the progress bar every step would be a host sync every step on Gaudi
+        self.log("train_loss", loss, prog_bar=True, on_step=False, on_epoch=True, sync_dist=True)
         return loss
 
     def validation_step(self, batch: torch.Tensor, batch_idx: int) -> None:
