@@ -143,30 +143,40 @@ def test_measuring_and_quantizing_in_one_process_is_refused(tmp_path):
     assert "refused: This process has already measured a model for fp8 inference and cannot quantize" in result.stdout
 
 
-def test_a_failed_measurement_writes_nothing(tmp_path):
-    _run(
-        [
-            _script(
-                tmp_path,
-                f"""
+def test_a_failed_measurement_leaves_the_statistics_folder_as_it_was(tmp_path):
+    """Intel Neural Compressor moves earlier statistics aside when a measurement starts; ours reach ``fp8_data_path``
+    only when the stage succeeds, and earlier ones of the same names are kept in a backup folder then."""
+    folder, staging = tmp_path / "fp8", tmp_path / "tmp"
+    staging.mkdir()
+    measure = f"""
+        def measure(cls):
+            p = HPUPrecisionPlugin('fp8')
+            torch.manual_seed(0)
+            predict(p.convert_modules(cls(), inference=True, quant=False, fp8_data_path={str(folder)!r}), p)
+        """
+    _run([_script(tmp_path, measure + "measure(Model)")], cwd=tmp_path, TMPDIR=str(staging))
+    first = _digests(sorted(folder.iterdir()))
+    assert len(first) == 3 and all(Path(path).name.startswith("measure_hooks_maxabs") for path in first)
+    failing = """
         class Failing(Model):
             def predict_step(self, batch, batch_idx):
                 if batch_idx == 2:
                     raise RuntimeError("data error")
                 return self(batch)
-        p = HPUPrecisionPlugin('fp8')
-        torch.manual_seed(0)
         try:
-            m = p.convert_modules(Failing(), inference=True, quant=False, fp8_data_path={str(tmp_path / "fp8")!r})
-            predict(m, p)
+            measure(Failing)
         except RuntimeError as error:
             print(error)
-        """,
-            )
-        ],
-        cwd=tmp_path,
-    )
-    assert not list((tmp_path / "fp8").glob("measure_hooks_*"))
+        """
+    result = _run([_script(tmp_path, measure + failing)], cwd=tmp_path, TMPDIR=str(staging))
+    assert "data error" in result.stdout
+    assert _digests(sorted(folder.iterdir())) == first
+    _run([_script(tmp_path, measure + "measure(Model)")], cwd=tmp_path, TMPDIR=str(staging))
+    (backup,) = folder.glob("backup_measure_*")
+    assert _digests(sorted(backup.iterdir())) == {str(backup / Path(path).name): d for path, d in first.items()}
+    assert sorted(path.name for path in folder.glob("measure_hooks_*")) == sorted(Path(path).name for path in first)
+    # the staging folders are gone when the processes end
+    assert not list(staging.glob("fp8-measurement-*"))
 
 
 def _write(path: Path, content: dict) -> str:
@@ -200,6 +210,15 @@ def test_bad_inputs_are_refused_before_anything_changes(tmp_path, monkeypatch, a
         plugin.convert_modules(model, inference=True, fp8_data_path=str(tmp_path / "fp8"), **arguments)
     assert type(model.layer) is torch.nn.Linear and plugin.fp8_inference is None
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_statistics_folder_that_cannot_be_written_is_refused_before_measuring(tmp_path):
+    (tmp_path / "notes.txt").write_text("")
+    plugin = HPUPrecisionPlugin("fp8")
+    model = BoringModel()
+    with pytest.raises(MisconfigurationException, match="notes.txt is not a writable folder. Pass a writable folder"):
+        plugin.convert_modules(model, inference=True, quant=False, fp8_data_path=str(tmp_path / "notes.txt" / "fp8"))
+    assert type(model.layer) is torch.nn.Linear and plugin.fp8_inference is None
 
 
 def test_data_parallel_inference_is_refused(tmp_path, monkeypatch):

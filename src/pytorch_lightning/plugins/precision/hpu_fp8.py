@@ -82,7 +82,7 @@ class FP8Conversion:
     recipe: Optional[Any] = None  # Transformer Engine's default ``DelayedScaling()`` when none is given
     # set by ``convert_modules(inference=True)``
     fp8_inference: Optional[hpu_fp8_inference.FP8InferenceConfig] = None
-    _measured: Optional[nn.Module] = None
+    _measurement: Optional[hpu_fp8_inference.Measurement] = None
 
     def convert_modules(
         self,
@@ -118,9 +118,8 @@ class FP8Conversion:
             )
         if inference:
             config = hpu_fp8_inference.resolve_config(quant, fp8_data_path)
-            converted = hpu_fp8_inference.convert_for_inference(module, config)
+            converted, self._measurement = hpu_fp8_inference.convert_for_inference(module, config)
             self.fp8_inference = config
-            self._measured = converted if config.measuring else None
             return converted
         self.recipe = recipe
         if not replace_layers:
@@ -136,9 +135,9 @@ class FP8Conversion:
 
     def write_fp8_measurements(self) -> None:
         """Write what an fp8 measurement has gathered so far; the Trainer calls it when a stage has succeeded, so that a
-        failed run leaves no statistics behind."""
-        if self._measured is not None:
-            hpu_fp8_inference.finish_measurement(self._measured)
+        failed run leaves ``fp8_data_path`` as it was."""
+        if self._measurement is not None:
+            self._measurement.write()
 
     def say_if_nothing_computes_in_fp8(self, module: nn.Module) -> None:
         if self.fp8_inference is None and not uses_transformer_engine(module):

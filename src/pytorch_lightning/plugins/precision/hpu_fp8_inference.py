@@ -5,7 +5,11 @@ import copy
 import inspect
 import json
 import os
+import shutil
+import tempfile
+import weakref
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Optional, Union
 
@@ -86,10 +90,13 @@ def resolve_config(quant: Union[bool, str, os.PathLike, dict], fp8_data_path: Op
     return FP8InferenceConfig(mode=mode, settings=settings, source=source)
 
 
-def convert_for_inference(module: nn.Module, config: FP8InferenceConfig) -> nn.Module:
-    """Put Intel Neural Compressor's measuring (``MEASURE``) or quantized (``QUANTIZE``) modules into ``module``."""
+def convert_for_inference(module: nn.Module, config: FP8InferenceConfig) -> tuple[nn.Module, Optional["Measurement"]]:
+    """Put Intel Neural Compressor's measuring (``MEASURE``) or quantized (``QUANTIZE``) modules into ``module``; when
+    measuring, also return the :class:`Measurement` that writes the statistics."""
     global _mode_of_this_process
-    if not config.measuring:
+    if config.measuring:
+        _check_writable(config.data_path)
+    else:
         _check_measurements(config)
     if _mode_of_this_process not in (None, config.mode):
         done, asked = ("quantized", "measure") if config.measuring else ("measured", "quantize")
@@ -101,26 +108,57 @@ def convert_for_inference(module: nn.Module, config: FP8InferenceConfig) -> nn.M
         )
     from neural_compressor.torch.quantization import FP8Config, convert, prepare
 
-    inc_config = FP8Config.from_dict(copy.deepcopy(config.settings))
+    measurement = None
     if config.measuring:
-        config.data_path.mkdir(parents=True, exist_ok=True)
+        measurement = Measurement(config)
         rank_zero_info(
             f"fp8 inference: measuring with {config.source}; the statistics go to {config.data_path} (set it with"
             " `fp8_data_path`) when `predict` or `test` ends."
         )
-        converted = prepare(module, inc_config)
+        converted = measurement.module = prepare(module, FP8Config.from_dict(measurement.inc_settings()))
     else:
         rank_zero_info(f"fp8 inference: quantizing with {config.source} from the statistics in {config.data_path}.")
-        converted = convert(module, inc_config)
+        converted = convert(module, FP8Config.from_dict(copy.deepcopy(config.settings)))
     _mode_of_this_process = config.mode
-    return converted
+    return converted, measurement
 
 
-def finish_measurement(module: nn.Module) -> None:
-    """Write the statistics a measuring model has gathered (Intel Neural Compressor's ``finalize_calibration``)."""
-    from neural_compressor.torch.quantization import finalize_calibration
+class Measurement:
+    """The statistics of a model measuring its tensors for fp8 inference, held in a staging folder of this process
+    until :meth:`write` publishes them under ``fp8_data_path``.
 
-    finalize_calibration(module)
+    Intel Neural Compressor moves the earlier statistics in its folder aside as soon as a measurement starts; staging
+    keeps the user's folder as it was when the run fails or never predicts, so a later quantization still finds them.
+    """
+
+    def __init__(self, config: FP8InferenceConfig) -> None:
+        self.config = config
+        self.module: Optional[nn.Module] = None
+        self._staging = Path(tempfile.mkdtemp(prefix="fp8-measurement-"))
+        weakref.finalize(self, shutil.rmtree, self._staging, ignore_errors=True)
+
+    def inc_settings(self) -> dict:
+        """Intel Neural Compressor's configuration, writing into the staging folder."""
+        staged = self._staging / self.config.statistics.name
+        return {**copy.deepcopy(self.config.settings), "dump_stats_path": str(staged)}
+
+    def write(self) -> None:
+        """Write what the model has gathered (``finalize_calibration``) and move it under ``fp8_data_path``; statistics
+        there of the same names are kept in a ``backup_<prefix>_<time>`` folder beside them, as INC does."""
+        from neural_compressor.torch.quantization import finalize_calibration
+
+        finalize_calibration(self.module)
+        target = self.config.data_path
+        target.mkdir(parents=True, exist_ok=True)
+        written = sorted(self._staging.iterdir())
+        earlier = [target / path.name for path in written if (target / path.name).exists()]
+        if earlier:
+            backup = target / f"backup_{self.config.statistics.name}_{datetime.now():%Y-%m-%d_%H-%M-%S}"
+            backup.mkdir(exist_ok=True)
+            for path in earlier:
+                path.replace(backup / path.name)
+        for path in written:
+            shutil.move(str(path), str(target / path.name))
 
 
 def _read_json(path: Path, source: str) -> dict:
@@ -163,6 +201,16 @@ def _statistics(settings: dict, fp8_data_path: Optional[str]) -> Path:
     if "dump_stats_path" in settings:
         return Path(settings["dump_stats_path"]).absolute()
     return Path(_DEFAULT_DATA_PATH).absolute() / _STATISTICS_PREFIX
+
+
+def _check_writable(folder: Path) -> None:
+    # the statistics are written only after `predict` or `test`: say it now, not after the whole run
+    existing = next(path for path in (folder, *folder.parents) if path.exists())
+    if not existing.is_dir() or not os.access(existing, os.W_OK):
+        raise MisconfigurationException(
+            f"fp8 measurement writes its statistics to {folder}, which cannot be written: {existing} is not a writable"
+            " folder. Pass a writable folder as `fp8_data_path`."
+        )
 
 
 def _check_measurements(config: FP8InferenceConfig) -> None:
