@@ -106,17 +106,17 @@ def convert_for_inference(module: nn.Module, config: FP8InferenceConfig) -> tupl
             " `convert_modules(model, inference=True, quant=False)` and `trainer.predict` (or `test`) in one run, then"
             " quantize with `quant=True` in the next."
         )
-    from neural_compressor.torch.quantization import FP8Config, convert, prepare
-
     measurement = None
     if config.measuring:
-        measurement = Measurement(config)
         rank_zero_info(
             f"fp8 inference: measuring with {config.source}; the statistics go to {config.data_path} (set it with"
             " `fp8_data_path`) when `predict` or `test` ends."
         )
-        converted = measurement.module = prepare(module, FP8Config.from_dict(measurement.inc_settings()))
+        measurement = Measurement(module, config)
+        converted = measurement.module
     else:
+        from neural_compressor.torch.quantization import FP8Config, convert
+
         rank_zero_info(f"fp8 inference: quantizing with {config.source} from the statistics in {config.data_path}.")
         converted = convert(module, FP8Config.from_dict(copy.deepcopy(config.settings)))
     _mode_of_this_process = config.mode
@@ -124,23 +124,21 @@ def convert_for_inference(module: nn.Module, config: FP8InferenceConfig) -> tupl
 
 
 class Measurement:
-    """The statistics of a model measuring its tensors for fp8 inference, held in a staging folder of this process
-    until :meth:`write` publishes them under ``fp8_data_path``.
+    """A model with Intel Neural Compressor's measuring modules in place; its statistics are held in a staging folder
+    of this process until :meth:`write` publishes them under ``fp8_data_path``.
 
     Intel Neural Compressor moves the earlier statistics in its folder aside as soon as a measurement starts; staging
     keeps the user's folder as it was when the run fails or never predicts, so a later quantization still finds them.
     """
 
-    def __init__(self, config: FP8InferenceConfig) -> None:
+    def __init__(self, module: nn.Module, config: FP8InferenceConfig) -> None:
+        from neural_compressor.torch.quantization import FP8Config, prepare
+
         self.config = config
-        self.module: Optional[nn.Module] = None
         self._staging = Path(tempfile.mkdtemp(prefix="fp8-measurement-"))
         weakref.finalize(self, shutil.rmtree, self._staging, ignore_errors=True)
-
-    def inc_settings(self) -> dict:
-        """Intel Neural Compressor's configuration, writing into the staging folder."""
-        staged = self._staging / self.config.statistics.name
-        return {**copy.deepcopy(self.config.settings), "dump_stats_path": str(staged)}
+        staged = {**copy.deepcopy(config.settings), "dump_stats_path": str(self._staging / config.statistics.name)}
+        self.module = prepare(module, FP8Config.from_dict(staged))
 
     def write(self) -> None:
         """Write what the model has gathered (``finalize_calibration``) and move it under ``fp8_data_path``; statistics
@@ -150,7 +148,7 @@ class Measurement:
         finalize_calibration(self.module)
         target = self.config.data_path
         target.mkdir(parents=True, exist_ok=True)
-        written = sorted(self._staging.iterdir())
+        written = list(self._staging.iterdir())
         earlier = [target / path.name for path in written if (target / path.name).exists()]
         if earlier:
             backup = target / f"backup_{self.config.statistics.name}_{datetime.now():%Y-%m-%d_%H-%M-%S}"
