@@ -24,8 +24,8 @@ def test_gloo_collectives_and_ddp_on_hpu(python, tmp_path):
             # one file per rank: the ranks' prints would interleave on the shared pipe
             with open(os.path.join("{tmp_path}", f"rank{{rank}}.txt"), "w") as out:
                 print(rank, total.device, total.tolist(), [g.tolist() for g in gathered], grad.sum().item(), file=out)
-            # DDP before its group, as torch requires: a group released last by DDP's reducer is torn down with the
-            # GIL held while a gloo thread may need it (a hang here, an abort on CPU)
+            # DDP before its group: a group released last by DDP's reducer is torn down with the GIL held, while a
+            # gloo thread may need the GIL to free the context torch stashes during backward (a hang at exit)
             del model
             dist.destroy_process_group()
 
