@@ -2,13 +2,17 @@
 torch's float8 types.
 
 Values really pass through fp8: a cast multiplies by the scale, saturates to the range the device's format can hold
-and rounds to the float8 dtype; the GEMM multiplies the fp8 operands with ``torch._scaled_mm`` and applies the inverse
-scales; the convolution convolves the fp8 values (exact products, fp32 sums) and applies the inverse scales. Gaudi2's
-e4m3 holds at most 240 (torch's ``float8_e4m3fnuz`` range), also when a caller asks for ``float8_e4m3fn``, as Intel
-Neural Compressor does; Gaudi3 holds the full ``float8_e4m3fn`` range. First-generation Gaudi has no fp8 and refuses,
-as the real device does.
+and rounds to the float8 dtype; the GEMM and the convolution widen the fp8 operands to float32 (exactly), multiply
+them with float32 sums, as Gaudi's MME accumulates, and apply the inverse scales. Only float32 kernels run, which every
+host CPU has: the host's own fp8 kernels (``torch._scaled_mm``) refuse some float8 dtypes on some CPUs. Gaudi2's e4m3
+holds at most 240 (torch's ``float8_e4m3fnuz`` range), also when a caller asks for ``float8_e4m3fn``, as Intel Neural
+Compressor does; Gaudi3 holds the full ``float8_e4m3fn`` range. First-generation Gaudi has no fp8 and refuses, as the
+real device does.
+
+Each op has a fake kernel with the bridge's shape rules, so ``torch.compile`` traces them.
 """
 
+from collections.abc import Sequence
 from typing import Optional, Union
 
 import torch
@@ -116,6 +120,28 @@ def _cast_from_fp8(
     return values.to(out_dtype)
 
 
+def _gemm_shape(a: Sequence[int], b: Sequence[int], trans_a: bool, trans_b: bool) -> list[int]:
+    """The output shape of ``A @ B`` after the transposes: torch.matmul's rules (a 1-D operand is a vector, the
+    batch dimensions broadcast), checked with the bridge's messages."""
+    rows = [a[-1] if trans_a else a[-2]] if len(a) > 1 else []
+    columns = [b[-2] if trans_b else b[-1]] if len(b) > 1 else []
+    common_a = a[-2] if trans_a and len(a) > 1 else a[-1]
+    common_b = b[-1] if trans_b or len(b) == 1 else b[-2]
+    if common_a != common_b:
+        raise RuntimeError(
+            f"fp8_gemm_v2: common dimension sizes of matmul inputs should be the same. Got {common_a} and {common_b}"
+        )
+    batch = []
+    for i in range(3, max(len(a), len(b)) + 1):
+        dim_a, dim_b = a[-i] if i <= len(a) else 1, b[-i] if i <= len(b) else 1
+        if dim_a != dim_b and 1 not in (dim_a, dim_b):
+            raise RuntimeError(
+                f"fp8_gemm_v2: batch dimensions of matmul inputs should be the same or 1. Got {dim_a} and {dim_b}"
+            )
+        batch.insert(0, dim_a if dim_b == 1 else dim_b)
+    return batch + rows + columns
+
+
 def _fp8_gemm(
     A: torch.Tensor,
     trans_A: bool,
@@ -132,24 +158,19 @@ def _fp8_gemm(
     _check_supported()
     _check_fp8(A, "fp8_gemm_v2: A")
     _check_fp8(B, "fp8_gemm_v2: B")
-    a = A.transpose(-2, -1) if trans_A else A
-    b = B.transpose(-2, -1) if trans_B else B
-    if b.dim() != 2:
-        raise RuntimeError(f"fp8_gemm_v2: B must be a matrix, got shape {tuple(B.shape)}")
-    one = torch.ones((), device=A.device)
-    # the products are exact in fp32; scaling after the GEMM also covers per-channel scales of B
-    out = torch._scaled_mm(
-        a.reshape(-1, a.shape[-1]), b.t().contiguous().t(), scale_a=one, scale_b=one, out_dtype=torch.float32
-    )
-    out = out.reshape(*a.shape[:-1], b.shape[-1])
+    _gemm_shape(A.shape, B.shape, trans_A, trans_B)  # refuses what the bridge refuses, with its messages
+    if accumulate and D is None:
+        raise RuntimeError("fp8_gemm_v2: accumulate=True needs the output tensor D")
+    a = A.float().transpose(-2, -1) if trans_A and A.dim() > 1 else A.float()
+    b = B.float().transpose(-2, -1) if trans_B and B.dim() > 1 else B.float()
+    # products of fp8 values are exact in float32; scaling after the GEMM also covers per-channel scales of B
+    out = torch.matmul(a, b)
     for scale in (A_scale_inv, _broadcast(B_scale_inv, B_scale_shape)):
         if scale is not None:
             out = out * (scale.float().reshape(-1) if isinstance(scale, torch.Tensor) and scale.numel() > 1 else scale)
     if bias is not None:
         out = out + bias.float()
     if accumulate:
-        if D is None:
-            raise RuntimeError("fp8_gemm_v2: accumulate=True needs the output tensor D")
         out = out + D.float()
     return out.to(out_dtype)
 
@@ -174,15 +195,66 @@ def _conv2d_fp8(
         if scale is not None:
             out = out * scale
     if bias is not None:
-        out = out + bias.float().reshape(1, -1, 1, 1)
+        out = out + bias.float().reshape(-1, 1, 1)
     return out.to(out_dtype or torch.bfloat16)
 
 
-for _overload in ("cast_to_fp8_v2", "cast_to_fp8_v2.scalar"):
-    _library.impl(_overload, _cast_to_fp8, "CompositeExplicitAutograd")
-for _overload in ("cast_from_fp8", "cast_from_fp8.scalar"):
-    _library.impl(_overload, _cast_from_fp8, "CompositeExplicitAutograd")
-for _overload in ("fp8_gemm_v2", "fp8_gemm_v2.scalar"):
-    _library.impl(_overload, _fp8_gemm, "CompositeExplicitAutograd")
-for _overload in ("conv2d_fp8", "conv2d_fp8.scalar"):
-    _library.impl(_overload, _conv2d_fp8, "CompositeExplicitAutograd")
+def _cast_to_fp8_fake(
+    input: torch.Tensor,
+    scale: Scale = None,
+    stochastic_rounding: bool = False,
+    is_amax: bool = False,
+    dtype: torch.dtype = torch.float8_e4m3fn,
+    scale_shape: Optional[list[int]] = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    # as the bridge: a 0-dim amax when asked for, otherwise an empty one
+    return input.new_empty(input.shape, dtype=dtype), input.new_empty(() if is_amax else (0,), dtype=torch.float32)
+
+
+def _cast_from_fp8_fake(
+    input: torch.Tensor, scale: Scale, out_dtype: torch.dtype, scale_shape: Optional[list[int]] = None
+) -> torch.Tensor:
+    return input.new_empty(input.shape, dtype=out_dtype)
+
+
+def _fp8_gemm_fake(
+    A: torch.Tensor,
+    trans_A: bool,
+    B: torch.Tensor,
+    trans_B: bool,
+    D: Optional[torch.Tensor],
+    out_dtype: torch.dtype,
+    *_: object,
+) -> torch.Tensor:
+    return A.new_empty(_gemm_shape(A.shape, B.shape, trans_A, trans_B), dtype=out_dtype)
+
+
+def _conv2d_fp8_fake(
+    input: torch.Tensor,
+    weight: torch.Tensor,
+    bias: Optional[torch.Tensor] = None,
+    stride: Sequence[int] = (1, 1),
+    padding: Sequence[int] = (0, 0),
+    dilation: Sequence[int] = (1, 1),
+    groups: int = 1,
+    out_dtype: Optional[torch.dtype] = None,
+    *_: Scale,
+) -> torch.Tensor:
+    # a one-element list stands for both spatial dimensions, as in the bridge
+    stride, padding, dilation = (list(v) * 2 if len(v) == 1 else list(v) for v in (stride, padding, dilation))
+    spatial = [
+        (size + 2 * pad - dil * (kernel - 1) - 1) // step + 1
+        for size, kernel, step, pad, dil in zip(input.shape[-2:], weight.shape[-2:], stride, padding, dilation)
+    ]
+    return input.new_empty((*input.shape[:-3], weight.shape[0], *spatial), dtype=out_dtype or torch.bfloat16)
+
+
+for _name, _kernel, _fake in (
+    ("cast_to_fp8_v2", _cast_to_fp8, _cast_to_fp8_fake),
+    ("cast_from_fp8", _cast_from_fp8, _cast_from_fp8_fake),
+    ("fp8_gemm_v2", _fp8_gemm, _fp8_gemm_fake),
+    ("conv2d_fp8", _conv2d_fp8, _conv2d_fp8_fake),
+):
+    for _overload in (_name, f"{_name}.scalar"):
+        _library.impl(_overload, _kernel, "CompositeExplicitAutograd")
+        torch.library.register_fake(f"hpu::{_overload}", _fake, lib=_library)

@@ -1,11 +1,17 @@
 """fp8 on the virtual Gaudi: the bridge's fp8 ops, Transformer Engine's Linear, recipes and scaling state."""
 
+import copy
 import io
 
 import pytest
 import torch
 from habana_frameworks.torch.hpex.experimental import transformer_engine as te
 from habana_frameworks.torch.hpex.experimental.transformer_engine import recipe
+from habana_frameworks.torch.hpex.experimental.transformer_engine.fp8 import FP8GlobalStateManager
+from torch._subclasses import FakeTensorMode
+from torch.utils._pytree import tree_map
+
+from tests_virtual_hpu.amx_host import ONEDNN_ERROR, simulated_amx_host
 
 
 def test_cast_to_fp8_saturates_to_the_gaudi2_range_and_rounds():
@@ -50,6 +56,144 @@ def test_fp8_gemm_matches_the_product_of_the_dequantized_operands():
     torch.testing.assert_close(out.float(), expected, rtol=2**-7, atol=1e-2)
     exact = a @ b.t() + bias
     assert (out.float() - exact).norm() / exact.norm() < 0.05
+
+
+def _fp8(*shape: int, dtype: torch.dtype = torch.float8_e4m3fnuz) -> torch.Tensor:
+    return torch.randn(*shape, device="hpu").mul(4).to(dtype)
+
+
+@pytest.mark.parametrize(
+    ("a_shape", "trans_a", "b_shape", "trans_b"),
+    [
+        ((3, 7), False, (7, 5), False),
+        ((7, 3), True, (5, 7), True),
+        ((2, 3, 7), False, (5, 7), True),  # a batch of inputs times one weight
+        ((2, 7, 3), True, (1, 7, 5), False),  # batch dimensions broadcast
+        ((4, 1, 3, 7), False, (2, 7, 5), False),
+    ],
+)
+def test_fp8_gemm_is_the_float64_product_rounded_once(a_shape, trans_a, b_shape, trans_b):
+    """fp8 products are exact in float32 and only the sums round, so the GEMM agrees with float64 to fp32 rounding;
+    for every layout, with per-tensor and per-channel scales, bias and accumulation."""
+    torch.manual_seed(0)
+    a, b = _fp8(*a_shape), _fp8(*b_shape, dtype=torch.float8_e5m2)
+    columns = b_shape[-2] if trans_b else b_shape[-1]
+    scale_a, scale_b = torch.tensor(0.25, device="hpu"), torch.rand(columns, device="hpu")
+    bias = torch.randn(columns, device="hpu")
+    a64, b64 = a.cpu().double(), b.cpu().double()  # on the CPU: Gaudi computes float64 in float32
+    a64, b64 = a64.transpose(-2, -1) if trans_a else a64, b64.transpose(-2, -1) if trans_b else b64
+    expected = torch.matmul(a64, b64) * 0.25 * scale_b.cpu().double() + bias.cpu().double()
+    out = torch.ops.hpu.fp8_gemm_v2(a, trans_a, b, trans_b, None, torch.float32, scale_a, scale_b, bias, False)
+    assert out.shape == expected.shape and out.dtype == torch.float32
+    torch.testing.assert_close(out.cpu().double(), expected, rtol=1e-6, atol=1e-5)
+    accumulated = torch.ops.hpu.fp8_gemm_v2.scalar(a, trans_a, b, trans_b, out, torch.float32, 0.25, 1.0, None, True)
+    torch.testing.assert_close(accumulated.cpu().double(), expected + torch.matmul(a64, b64) / 4, rtol=1e-6, atol=1e-5)
+
+
+def test_fp8_gemm_refuses_mismatched_shapes_with_the_bridges_message():
+    with pytest.raises(RuntimeError, match="common dimension sizes of matmul inputs should be the same. Got 7 and 5"):
+        torch.ops.hpu.fp8_gemm_v2(_fp8(3, 7), False, _fp8(5, 7), False, None, torch.bfloat16)
+    with pytest.raises(RuntimeError, match="batch dimensions of matmul inputs should be the same or 1. Got 2 and 3"):
+        torch.ops.hpu.fp8_gemm_v2(_fp8(2, 3, 7), False, _fp8(3, 7, 5), False, None, torch.bfloat16)
+
+
+def test_fp8_ops_do_not_use_the_hosts_fp8_gemm():
+    """On AMX hosts the host's ``torch._scaled_mm`` refuses float8_e4m3fnuz, Gaudi2's e4m3: the ops still work there
+    and compute the same as here."""
+    torch.manual_seed(0)
+    a, b, bias = _fp8(9, 13), _fp8(5, 13), torch.randn(5, device="hpu")
+    one = torch.ones((), device="hpu")
+    scales = (torch.tensor(0.5, device="hpu"), torch.tensor(0.125, device="hpu"))
+    expected = torch.ops.hpu.fp8_gemm_v2(a, False, b, True, None, torch.bfloat16, *scales, bias, False)
+    linear, x = te.Linear(13, 5), torch.randn(3, 9, 13, device="hpu")
+    linear_state = copy.deepcopy(linear.state_dict())
+    hybrid = recipe.DelayedScaling(fp8_format=recipe.Format.HYBRID)
+
+    def train() -> tuple[torch.Tensor, ...]:
+        linear.load_state_dict(linear_state)
+        for _ in range(2):  # the first step measures, the second casts with the scales it found
+            linear.zero_grad()
+            with te.fp8_autocast(enabled=True, fp8_recipe=hybrid):
+                out = linear(x)
+            out.float().square().sum().backward()
+        return out, linear.weight.grad, linear.bias.grad, *linear.fp8_state.state_dict().values()
+
+    expected_training = train()
+    assert linear.fp8_state.scale.ne(1).all()
+    with simulated_amx_host():
+        with pytest.raises(RuntimeError, match=ONEDNN_ERROR):
+            torch._scaled_mm(a, b.t(), scale_a=one, scale_b=one, out_dtype=torch.float32)
+        actual = torch.ops.hpu.fp8_gemm_v2(a, False, b, True, None, torch.bfloat16, *scales, bias, False)
+        actual_training = train()
+    assert torch.equal(actual, expected)
+    for actual_tensor, expected_tensor in zip(actual_training, expected_training):
+        assert torch.equal(actual_tensor, expected_tensor)
+
+
+def _gemm(*shapes: tuple[int, ...], trans_a: bool = False, trans_b: bool = False, **kwargs):
+    a, b = _fp8(*shapes[0]), _fp8(*shapes[1], dtype=torch.float8_e5m2)
+    return torch.ops.hpu.fp8_gemm_v2, (a, trans_a, b, trans_b, None, kwargs.get("out_dtype", torch.bfloat16))
+
+
+_OP_CALLS = {
+    "cast_to_fp8_v2 amax": lambda: (
+        torch.ops.hpu.cast_to_fp8_v2,
+        (torch.randn(3, 7, 5, device="hpu"), torch.tensor(2.0, device="hpu"), False, True, torch.float8_e4m3fnuz),
+    ),
+    "cast_to_fp8_v2 no amax": lambda: (
+        torch.ops.hpu.cast_to_fp8_v2,
+        (torch.randn(3, 7, device="hpu", dtype=torch.bfloat16), None, False, False, torch.float8_e5m2),
+    ),
+    "cast_to_fp8_v2.scalar": lambda: (
+        torch.ops.hpu.cast_to_fp8_v2.scalar,
+        (torch.randn(11, device="hpu"), 4.0, True, True, torch.float8_e4m3fn),
+    ),
+    "cast_from_fp8": lambda: (
+        torch.ops.hpu.cast_from_fp8,
+        (_fp8(2, 3, 7), torch.tensor(0.5, device="hpu"), torch.bfloat16),
+    ),
+    "cast_from_fp8.scalar": lambda: (torch.ops.hpu.cast_from_fp8.scalar, (_fp8(3, 7), 0.5, torch.float32)),
+    "gemm 3x7 @ 7x5": lambda: _gemm((3, 7), (7, 5)),
+    "gemm trans_A": lambda: _gemm((7, 3), (7, 5), trans_a=True, out_dtype=torch.float32),
+    "gemm trans_B": lambda: _gemm((3, 7), (5, 7), trans_b=True),
+    "gemm trans_A trans_B": lambda: _gemm((7, 3), (5, 7), trans_a=True, trans_b=True),
+    "gemm batched input": lambda: _gemm((2, 3, 7), (5, 7), trans_b=True),
+    "gemm broadcast batch": lambda: _gemm((2, 1, 3, 7), (4, 7, 5)),
+    "gemm vector": lambda: _gemm((7,), (7, 5)),
+    "gemm.scalar": lambda: (
+        torch.ops.hpu.fp8_gemm_v2.scalar,
+        (_fp8(3, 7), False, _fp8(5, 7), True, None, torch.float32, 0.5, 2.0),
+    ),
+    "conv2d_fp8": lambda: (
+        torch.ops.hpu.conv2d_fp8,
+        (_fp8(2, 4, 9, 11), _fp8(6, 2, 3, 2), None, [2, 1], [1, 0], [2, 1], 2, None),
+    ),
+    "conv2d_fp8.scalar": lambda: (
+        torch.ops.hpu.conv2d_fp8.scalar,
+        (_fp8(3, 7, 5), _fp8(4, 3, 3, 3), torch.randn(4, device="hpu"), [2], [1], [1], 1, torch.float32, 0.5, 0.5),
+    ),
+}
+
+
+@pytest.mark.parametrize("call", _OP_CALLS.values(), ids=_OP_CALLS.keys())
+def test_fake_kernels_give_the_real_kernels_shapes_and_dtypes(call):
+    """What ``torch.compile`` traces with: the bridge's shape rules (transposes, broadcast batch dimensions, a 0-dim
+    amax only when asked for), not CUDA's; no sizes need to be multiples of 16."""
+    torch.manual_seed(0)
+    op, args = call()
+    expected = op(*args)
+    with FakeTensorMode(allow_non_fake_inputs=True) as mode:
+        fake_args = tree_map(lambda a: mode.from_tensor(a) if isinstance(a, torch.Tensor) else a, args)
+        actual = op(*fake_args)
+    for fake, real in zip(*(t if isinstance(t, tuple) else (t,) for t in (actual, expected))):
+        assert (fake.shape, fake.dtype, fake.device) == (real.shape, real.dtype, real.device)
+
+
+def test_fake_gemm_refuses_mismatched_shapes():
+    with FakeTensorMode() as mode:
+        a, b = mode.from_tensor(_fp8(3, 7)), mode.from_tensor(_fp8(5, 7))
+        with pytest.raises(RuntimeError, match="Got 7 and 5"):
+            torch.ops.hpu.fp8_gemm_v2(a, False, b, False, None, torch.bfloat16)
 
 
 def test_conv2d_fp8_matches_the_convolution_of_the_dequantized_operands():
@@ -155,6 +299,34 @@ def test_outside_fp8_autocast_linear_is_a_plain_linear():
     torch.testing.assert_close(linear(x), torch.nn.functional.linear(x, linear.weight, linear.bias))
 
 
+def test_fp8_global_state_manager_reflects_fp8_autocast():
+    """Intel's Transformer Engine API (lightning-habana's tests use it) on the same state as the module's functions."""
+    manager = te.fp8.FP8GlobalStateManager
+    assert manager is FP8GlobalStateManager
+    assert manager.is_fp8_available() == te.fp8.is_fp8_available() == (True, "")
+    assert manager.get_fp8_autocast_state() == (False, None, None, False)
+    fp8_recipe, group = recipe.DelayedScaling(margin=2), object()
+    with te.fp8_autocast(enabled=True, fp8_recipe=fp8_recipe, fp8_group=group, force_measurement=True):
+        assert manager.is_fp8_enabled() and te.fp8.is_fp8_enabled()
+        assert manager.get_fp8_recipe() is fp8_recipe and manager.get_fp8_group() is group
+        assert manager.get_manual_measurement_mode() is True
+        assert manager.is_first_fp8_module() and not manager.is_first_fp8_module()
+        with te.fp8_autocast(enabled=False):
+            assert not manager.is_fp8_enabled()
+            assert manager.get_fp8_recipe() == recipe.DelayedScaling() and manager.get_fp8_group() is None
+            assert manager.get_manual_measurement_mode() is True  # set by the outermost block
+        assert manager.is_fp8_enabled() and manager.get_fp8_recipe() is fp8_recipe
+    assert not manager.is_fp8_enabled() and manager.get_fp8_recipe() is None and manager.get_fp8_group() is None
+    assert te.fp8.get_fp8_recipe() == recipe.DelayedScaling()  # the module's function keeps its default
+
+    saved = manager.get_fp8_autocast_state()  # the manual form of fp8_autocast, as Intel's context manager runs it
+    manager.fp8_autocast_enter(enabled=True, fp8_recipe=fp8_recipe)
+    assert manager.is_fp8_enabled() and manager.get_fp8_recipe() is fp8_recipe
+    manager.set_fp8_autocast_state(saved)
+    manager.fp8_autocast_exit()
+    assert manager.get_fp8_autocast_state() == saved and not te.fp8.is_fp8_enabled()
+
+
 def test_intel_neural_compressor_imports_hpex_and_detects_the_gaudi():
     from neural_compressor.torch.utils import auto_accelerator, environ
 
@@ -179,12 +351,14 @@ def test_fp8_is_refused_on_first_generation_gaudi(python, lazy):
                 call()
             except RuntimeError as error:
                 print("refused:", error)
+        print(te.fp8.FP8GlobalStateManager.is_fp8_available())
         """,
         VIRTUAL_HPU_GENERATION="GAUDI",
         PT_HPU_LAZY_MODE=lazy,
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.count("refused: fp8 is not supported on GAUDI") == 2
+    assert "(False, 'fp8 is not supported on GAUDI: it needs Gaudi2 or newer.')" in result.stdout
 
 
 def test_gaudi3_uses_the_full_e4m3_range(python):

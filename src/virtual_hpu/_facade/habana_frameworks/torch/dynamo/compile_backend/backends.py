@@ -33,4 +33,8 @@ def hpu_backend(graph: torch.fx.GraphModule, example_inputs: list, **kwargs) -> 
         )
     # the forward and the backward graph of this capture share the reason it was captured again
     compile_graph = functools.partial(_compile_graph, reason=compilation.new_reason())
-    return aot_autograd(fw_compiler=compile_graph, bw_compiler=compile_graph)(graph, example_inputs, **kwargs)
+    # the bridge keeps in-place updates of inputs inside its graphs (PT_HPU_KEEP_INPUT_MUTATIONS, on by default); a
+    # buffer updated both in forward and in backward (Transformer Engine's amax history) needs that to partition
+    return aot_autograd(fw_compiler=compile_graph, bw_compiler=compile_graph, keep_inference_input_mutations=True)(
+        graph, example_inputs, **kwargs
+    )

@@ -50,11 +50,17 @@ class Linear(nn.Module):
             return F.linear(input, weight, self.bias)
         recipe = fp8.get_fp8_recipe()
         kinds = [recipe.fp8_format.forward, recipe.fp8_format.forward, recipe.fp8_format.backward]
+        state = self.fp8_state
         if self.training:
-            self.fp8_state.update(recipe, kinds, fp8.get_fp8_group())
+            state.update(recipe, kinds, fp8.get_fp8_group())
         dtypes = tuple(fp8.fp8_dtype(kind) for kind in kinds)
-        bias = self.bias
-        return _Fp8Linear.apply(input, weight, bias, self.fp8_state, dtypes, self.training)
+        out, input_amax, weight_amax = _Fp8Linear.apply(
+            input, weight, self.bias, state.scale, state.scale_inv, state.amax_history, dtypes, self.training
+        )
+        if self.training:
+            state.record(_INPUT, input_amax)
+            state.record(_WEIGHT, weight_amax)
+        return out
 
     def get_extra_state(self) -> dict[str, Any]:
         return self.fp8_state.state_dict()
@@ -75,54 +81,61 @@ class Linear(nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
 
 
-def _cast(tensor: torch.Tensor, state: fp8.ScalingState, index: int, dtype: torch.dtype, record: bool) -> torch.Tensor:
-    quantized, amax = torch.ops.hpu.cast_to_fp8_v2(tensor, state.scale[index], False, record, dtype)
-    if record:
-        state.record(index, amax)
-    return quantized
-
-
 class _Fp8Linear(torch.autograd.Function):
+    """The fp8 GEMMs of forward and backward. The forward returns the amaxes of input and weight for the module to
+    record; the backward records the gradient's amax itself, into the live ``amax_history`` (a tensor the module's
+    forward never hands over otherwise)."""
+
     @staticmethod
     def forward(
         ctx: Any,
         input: torch.Tensor,
         weight: torch.Tensor,
         bias: Optional[torch.Tensor],
-        state: fp8.ScalingState,
+        scale: torch.Tensor,
+        scale_inv: torch.Tensor,
+        amax_history: torch.Tensor,
         dtypes: tuple[torch.dtype, ...],
         record: bool,
-    ) -> torch.Tensor:
-        x = _cast(input.reshape(-1, input.shape[-1]), state, _INPUT, dtypes[_INPUT], record)
-        w = _cast(weight, state, _WEIGHT, dtypes[_WEIGHT], record)
-        scale_inv = state.scale_inv.clone()
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        cast = torch.ops.hpu.cast_to_fp8_v2
+        x, input_amax = cast(input.reshape(-1, input.shape[-1]), scale[_INPUT], False, record, dtypes[_INPUT])
+        w, weight_amax = cast(weight, scale[_WEIGHT], False, record, dtypes[_WEIGHT])
+        # the scales of this step's operands; the live ones change at the next update
+        forward_scale_inv = scale_inv[:_GRAD_OUTPUT].clone()
         out = torch.ops.hpu.fp8_gemm_v2(
-            x, False, w, True, None, torch.bfloat16, scale_inv[_INPUT], scale_inv[_WEIGHT], bias, False
+            x, False, w, True, None, torch.bfloat16, forward_scale_inv[_INPUT], forward_scale_inv[_WEIGHT], bias, False
         )
-        ctx.save_for_backward(x, w, scale_inv)
-        ctx.state, ctx.dtypes, ctx.record = state, dtypes, record
+        ctx.save_for_backward(x, w, forward_scale_inv)
+        # the gradient is cast with the scale current at backward time, as Transformer Engine does
+        ctx.scale, ctx.scale_inv, ctx.amax_history = scale, scale_inv, amax_history
+        ctx.dtype, ctx.record = dtypes[_GRAD_OUTPUT], record
         ctx.shapes = (input.shape, input.dtype, weight.dtype, bias is not None)
-        return out.reshape(*input.shape[:-1], out.shape[-1])
+        ctx.mark_non_differentiable(input_amax, weight_amax)
+        return out.reshape(*input.shape[:-1], out.shape[-1]), input_amax, weight_amax
 
     @staticmethod
-    def backward(ctx: Any, grad_output: torch.Tensor) -> tuple[Optional[torch.Tensor], ...]:
-        x, w, scale_inv = ctx.saved_tensors
+    def backward(ctx: Any, grad_output: torch.Tensor, *_: Any) -> tuple[Optional[torch.Tensor], ...]:
+        x, w, forward_scale_inv = ctx.saved_tensors
         input_shape, input_dtype, weight_dtype, has_bias = ctx.shapes
         grad = grad_output.reshape(-1, grad_output.shape[-1])
-        state = ctx.state
-        g = _cast(grad, state, _GRAD_OUTPUT, ctx.dtypes[_GRAD_OUTPUT], ctx.record)
-        grad_scale_inv = state.scale_inv[_GRAD_OUTPUT].clone()
+        g, amax = torch.ops.hpu.cast_to_fp8_v2(grad, ctx.scale[_GRAD_OUTPUT], False, ctx.record, ctx.dtype)
+        if ctx.record:
+            fp8.record_amax(ctx.amax_history, _GRAD_OUTPUT, amax)
+        grad_scale_inv = ctx.scale_inv[_GRAD_OUTPUT]
         grad_input = torch.ops.hpu.fp8_gemm_v2(
-            g, False, w, False, None, torch.bfloat16, grad_scale_inv, scale_inv[_WEIGHT], None, False
+            g, False, w, False, None, torch.bfloat16, grad_scale_inv, forward_scale_inv[_WEIGHT], None, False
         )
         grad_weight = torch.ops.hpu.fp8_gemm_v2(
-            g, True, x, False, None, torch.float32, grad_scale_inv, scale_inv[_INPUT], None, False
+            g, True, x, False, None, torch.float32, grad_scale_inv, forward_scale_inv[_INPUT], None, False
         )
         grad_bias = grad.float().sum(0) if has_bias else None
         return (
             grad_input.reshape(input_shape).to(input_dtype),
             grad_weight.to(weight_dtype),
             None if grad_bias is None else grad_bias.to(weight_dtype),
+            None,
+            None,
             None,
             None,
             None,
