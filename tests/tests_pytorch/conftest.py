@@ -33,3 +33,13 @@ def restore_environment_and_process_group():
     torch.use_deterministic_algorithms(deterministic[0], warn_only=deterministic[1])
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         torch.distributed.destroy_process_group()
+
+
+@pytest.fixture
+def amx_host():
+    """The host as on AMX / AVX-512 FP16 CPUs, whose fp8 GEMM kernel refuses Gaudi2's e4m3: the virtual Gaudi's fp8
+    emulation must not depend on it (in this process; tests that start processes run on this host as it is)."""
+    from tests_virtual_hpu.amx_host import simulated_amx_host
+
+    with simulated_amx_host():
+        yield

@@ -79,6 +79,7 @@ class TransformerEngineModel(BoringModel):
     ],
     ids=["flag", "plugin"],
 )
+@pytest.mark.usefixtures("amx_host")
 def test_fp8_training(args):
     cli = LightningCLI(
         TransformerEngineModel,
@@ -96,3 +97,40 @@ def test_fp8_training(args):
     assert cli.trainer.precision_plugin.precision == "fp8"
     # the Transformer Engine layer trained in fp8: its scaling state followed the steps
     assert cli.model.layer.fp8_state.state_dict()["steps"] >= 2
+
+
+_RECIPE = '"recipe": {"fp8_format": "HYBRID", "amax_history_len": 4}'
+
+
+@pytest.mark.parametrize(
+    "plugin",
+    [
+        '{"class_path": "pytorch_lightning.plugins.HPUPrecisionPlugin", "init_args": {"precision": "fp8",'
+        f' "replace_layers": true, {_RECIPE}}}}}',
+        '{"class_path": "pytorch_lightning.plugins.HPUFP8Precision",'
+        f' "init_args": {{"replace_layers": true, {_RECIPE}}}}}',
+    ],
+    ids=["entry_point", "class"],
+)
+@pytest.mark.usefixtures("amx_host")
+def test_fp8_recipe_and_layer_replacement_from_the_command_line(plugin):
+    from habana_frameworks.torch.hpex.experimental import transformer_engine as te
+
+    cli = LightningCLI(
+        BoringModel,
+        save_config_callback=None,
+        args=[
+            "fit",
+            "--trainer.logger=false",
+            "--trainer.enable_checkpointing=false",
+            "--trainer.accelerator=hpu",
+            "--trainer.devices=1",
+            "--trainer.max_steps=3",
+            f"--trainer.plugins={plugin}",
+        ],
+    )
+    assert cli.trainer.precision_plugin.recipe.fp8_format == te.recipe.Format.HYBRID
+    # the plain linear layer was replaced at set-up and trained in fp8 with the recipe's history
+    assert isinstance(cli.model.layer, te.Linear)
+    state = cli.model.layer.fp8_state.state_dict()
+    assert state["steps"] >= 2 and state["amax_history"].shape[0] == 4

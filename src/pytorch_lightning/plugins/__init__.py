@@ -4,8 +4,23 @@ import lightning.pytorch.plugins as _upstream
 
 from pytorch_lightning import _aliasing
 from pytorch_lightning.plugins.io import HPUCheckpointIO
-from pytorch_lightning.plugins.precision import HPUDeepSpeedPrecisionPlugin, HPUPrecisionPlugin
+from pytorch_lightning.plugins.precision import (
+    HPUDeepSpeedPrecisionPlugin,
+    HPUFP8InferencePrecision,
+    HPUFP8Precision,
+    HPUHalfPrecision,
+    HPUMixedPrecision,
+    HPUPrecisionPlugin,
+)
 
-__all__ = ["HPUCheckpointIO", "HPUDeepSpeedPrecisionPlugin", "HPUPrecisionPlugin"]
+__all__ = [
+    "HPUCheckpointIO",
+    "HPUDeepSpeedPrecisionPlugin",
+    "HPUFP8InferencePrecision",
+    "HPUFP8Precision",
+    "HPUHalfPrecision",
+    "HPUMixedPrecision",
+    "HPUPrecisionPlugin",
+]
 
 _aliasing.extend_upstream(__name__, _upstream)

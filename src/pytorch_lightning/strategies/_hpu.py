@@ -13,6 +13,7 @@ from torch import Tensor
 from torch.optim import Optimizer
 
 from pytorch_lightning.plugins.io.hpu import HPUCheckpointIO
+from pytorch_lightning.plugins.precision.hpu import HPUPrecisionPlugin
 from pytorch_lightning.strategies._sigterm import SigtermAgreement
 
 
@@ -71,6 +72,12 @@ class _HPUStrategyMixin:
             self.sigterm_agreement.close()
             self.sigterm_agreement = None
         super().teardown()  # type: ignore[misc]
+
+    def on_exception(self, exception: BaseException) -> None:
+        super().on_exception(exception)  # type: ignore[misc]
+        # the plugin then leaves what the run gathered unpublished (fp8 measurements)
+        if isinstance(self.precision_plugin, HPUPrecisionPlugin):  # type: ignore[attr-defined]
+            self.precision_plugin.on_exception(exception)  # type: ignore[attr-defined]
 
     def backward(self, closure_loss: Tensor, optimizer: Optional[Optimizer], *args: Any, **kwargs: Any) -> Tensor:
         output = super().backward(closure_loss, optimizer, *args, **kwargs)  # type: ignore[misc]

@@ -14,6 +14,7 @@ from torch.nn import Module
 from typing_extensions import override
 
 from pytorch_lightning.accelerators.hpu import HPUAccelerator
+from pytorch_lightning.plugins.precision.hpu import HPUPrecisionPlugin
 from pytorch_lightning.strategies._hpu import _HPUParallelDevicesMixin, _HPUStrategyMixin
 from pytorch_lightning.strategies.hpu_parallel import hccl_reduce
 
@@ -56,7 +57,10 @@ class HPUDeepSpeedStrategy(_HPUStrategyMixin, _HPUParallelDevicesMixin, DeepSpee
                 " `Trainer(accelerator='hpu')`, or use `DeepSpeedStrategy` for CUDA GPUs."
             )
         # before any process group exists, so that the refusal leaves nothing to tear down
-        fp8_inference = getattr(self.precision_plugin, "fp8_inference", None)
+        plugin, module = self.precision_plugin, self.lightning_module
+        fp8_inference = (
+            plugin.fp8_inference(module) if isinstance(plugin, HPUPrecisionPlugin) and module is not None else None
+        )
         if self.zero_stage_3 and fp8_inference is not None and not fp8_inference.measuring:
             raise MisconfigurationException(
                 "ZeRO stage 3 partitions the model's parameters, which DeepSpeed cannot do with the fp8 weights of a"
@@ -81,7 +85,7 @@ class HPUDeepSpeedStrategy(_HPUStrategyMixin, _HPUParallelDevicesMixin, DeepSpee
         super()._format_config()
         # fp8 trains with the engine in bf16; upstream's formatting knows no "fp8"
         assert isinstance(self.config, dict)
-        if getattr(self.precision_plugin, "precision", None) == "fp8" and "bf16" not in self.config:
+        if self.precision_plugin.precision == "fp8" and "bf16" not in self.config:
             rank_zero_info("fp8: DeepSpeed's engine holds the model in bf16, Transformer Engine modules compute in fp8")
             self.config["bf16"] = {"enabled": True}
 

@@ -13,6 +13,7 @@ from torch import Tensor
 from torch.distributed import ReduceOp
 from typing_extensions import override
 
+from pytorch_lightning.plugins.precision.hpu import HPUPrecisionPlugin
 from pytorch_lightning.strategies._hpu import (
     _destroy_process_group_at_exit,
     _HPUParallelDevicesMixin,
@@ -41,7 +42,7 @@ class HPUParallelStrategy(_HPUStrategyMixin, _HPUParallelDevicesMixin, DDPStrate
 
     @override
     def connect(self, model: Any) -> None:
-        if getattr(self.precision_plugin, "fp8_inference", None) is not None:
+        if isinstance(self.precision_plugin, HPUPrecisionPlugin) and self.precision_plugin.fp8_inference(model):
             raise MisconfigurationException(
                 "fp8 inference with Intel Neural Compressor is not supported with `strategy='hpu_parallel'`: run it on"
                 " one device (`devices=1`, strategy 'hpu_single') or with `strategy='hpu_deepspeed'` and"

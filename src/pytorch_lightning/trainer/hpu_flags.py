@@ -204,29 +204,39 @@ def _is_deepspeed(strategy: Union[str, Strategy]) -> bool:
 
 def _hpu_precision(precision: Optional[Union[str, int]], plugins: list[Any], deepspeed: bool) -> dict[str, Any]:
     """The HPU precision plugin; under DeepSpeed, the one that leaves backward and the step to DeepSpeed's engine."""
-    hpu_plugin = HPUDeepSpeedPrecisionPlugin if deepspeed else HPUPrecisionPlugin
     precision_plugins = [plugin for plugin in plugins if isinstance(plugin, Precision)]
-    if precision_plugins:
-        # upstream reports a precision flag given together with a precision plugin
-        (plugin,) = precision_plugins[:1]
-        if deepspeed and type(plugin) is DeepSpeedPrecision:
-            # as on CUDA, the examples of earlier releases pass upstream's plugin
-            ours = HPUDeepSpeedPrecisionPlugin(plugin.precision)
-            return {"precision": precision, "plugins": [ours if p is plugin else p for p in plugins]}
-        if not deepspeed and type(plugin) is MixedPrecision and plugin.device == "hpu":
-            # lightning-habana accepted upstream's autocast plugin for the HPU; ours autocasts the same way and adds
-            # Gaudi's rules (op lists, fp16 only from Gaudi2 on)
-            ours = HPUPrecisionPlugin(plugin.precision)
-            return {"precision": precision, "plugins": [ours if p is plugin else p for p in plugins]}
-        if type(plugin) is not Precision and not isinstance(plugin, hpu_plugin):
-            raise MisconfigurationException(
-                f"`plugins=[{type(plugin).__name__}(...)]` does not run on HPU"
-                + (" with DeepSpeed" if deepspeed else "")
-                + f". Pass `{hpu_plugin.__name__}(precision=...)` instead, or use the `precision` flag."
-            )
-        return {"precision": precision, "plugins": plugins}
-    plugin = hpu_plugin("32-true" if precision is None else precision)
-    return {"precision": None, "plugins": [*plugins, plugin]}
+    if not precision_plugins:
+        plugin = (HPUDeepSpeedPrecisionPlugin if deepspeed else HPUPrecisionPlugin)(
+            "32-true" if precision is None else precision
+        )
+        return {"precision": None, "plugins": [*plugins, plugin]}
+    # upstream reports a precision flag given together with a precision plugin
+    given = precision_plugins[0]
+    ours = _as_hpu_plugin(given, deepspeed)
+    return {"precision": precision, "plugins": [ours if plugin is given else plugin for plugin in plugins]}
+
+
+def _as_hpu_plugin(plugin: Precision, deepspeed: bool) -> Precision:
+    """The HPU plugin for a precision plugin passed in ``plugins``; upstream's own ones where they mean the same."""
+    if deepspeed and type(plugin) is DeepSpeedPrecision:
+        # as on CUDA, the examples of earlier releases pass upstream's plugin
+        return HPUDeepSpeedPrecisionPlugin(plugin.precision)
+    if not deepspeed and type(plugin) is MixedPrecision and plugin.device == "hpu":
+        # lightning-habana accepted upstream's autocast plugin for the HPU; ours autocasts the same way and adds
+        # Gaudi's rules (op lists, fp16 only from Gaudi2 on)
+        return HPUPrecisionPlugin(plugin.precision)
+    if type(plugin) is Precision:
+        # the same fp32, with what every HPU plugin does at the end of a run
+        return HPUDeepSpeedPrecisionPlugin() if deepspeed else HPUPrecisionPlugin()
+    is_deepspeed_plugin = isinstance(plugin, HPUDeepSpeedPrecisionPlugin)
+    if isinstance(plugin, HPUPrecisionPlugin) and is_deepspeed_plugin == deepspeed:
+        return plugin
+    expected = "HPUDeepSpeedPrecisionPlugin" if deepspeed else "HPUPrecisionPlugin"
+    raise MisconfigurationException(
+        f"`plugins=[{type(plugin).__name__}(...)]` does not run on HPU"
+        + (" with DeepSpeed" if deepspeed else " without DeepSpeed" if is_deepspeed_plugin else "")
+        + f". Pass `{expected}(precision=...)` instead, or use the `precision` flag."
+    )
 
 
 def _as_list(plugins: Any) -> list[Any]:

@@ -13,7 +13,6 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_info
 from pytorch_lightning import _aliasing
 from pytorch_lightning.accelerators.hpu import HPUAccelerator
 from pytorch_lightning.callbacks import hpu_performance as performance
-from pytorch_lightning.plugins.precision.hpu_fp8 import FP8Conversion
 from pytorch_lightning.strategies._sigterm import _SignalConnector, _TrainingEpochLoop
 from pytorch_lightning.trainer._compiled import keep_logging_eager
 from pytorch_lightning.trainer.hpu_flags import resolve_hpu_flags
@@ -50,10 +49,7 @@ class Trainer(_UpstreamTrainer):
     def _run(self, model: LightningModule, *args: Any, **kwargs: Any) -> Any:
         # every stage (fit, validate, test, predict) hands its unwrapped, possibly compiled, module to `_run`
         keep_logging_eager(model)
-        results = super()._run(model, *args, **kwargs)
-        if isinstance(self.precision_plugin, FP8Conversion):
-            self.precision_plugin.write_fp8_measurements()
-        return results
+        return super()._run(model, *args, **kwargs)
 
     # LightningCLI/jsonargparse and the ``PL_TRAINER_*`` parser read the signature and docstring of ``__init__``
     __init__.__signature__ = _signature_with_fp8()  # type: ignore[attr-defined]

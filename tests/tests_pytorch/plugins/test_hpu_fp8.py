@@ -16,6 +16,9 @@ from pytorch_lightning.plugins import HPUPrecisionPlugin
 
 EXAMPLES = Path(__file__).parents[3] / "examples" / "pytorch"
 
+# as on a host whose fp8 GEMM kernel refuses Gaudi2's e4m3 (current Xeons)
+pytestmark = pytest.mark.usefixtures("amx_host")
+
 
 def _te():
     from habana_frameworks.torch.hpex.experimental import transformer_engine
@@ -98,8 +101,6 @@ def _digits_fit(precision_plugin: HPUPrecisionPlugin, epochs: int) -> tuple:
     pl.seed_everything(42)
     model, data = Recorded(), DigitsDataModule()
     model.losses = []
-    if precision_plugin.precision == "fp8":
-        precision_plugin.convert_modules(model, replace_layers=True)
     trainer = pl.Trainer(
         accelerator="hpu",
         devices=1,
@@ -118,7 +119,8 @@ def _digits_fit(precision_plugin: HPUPrecisionPlugin, epochs: int) -> tuple:
 @pytest.mark.slow
 def test_fp8_training_follows_bf16_and_reaches_the_demo_accuracy():
     _, bf16_losses, bf16_accuracy = _digits_fit(HPUPrecisionPlugin("bf16-mixed"), epochs=6)
-    model, fp8_losses, fp8_accuracy = _digits_fit(HPUPrecisionPlugin("fp8"), epochs=6)
+    # the constructor form: the layers are replaced when the Trainer sets the model up
+    model, fp8_losses, fp8_accuracy = _digits_fit(HPUPrecisionPlugin("fp8", replace_layers=True), epochs=6)
     assert isinstance(model.net[6], _te().Linear) and isinstance(model.net[8], _te().Linear)
     assert model.net[6].fp8_state.state_dict()["steps"] > 0  # the recipe's scaling ran
     assert fp8_accuracy >= 0.90
@@ -163,7 +165,9 @@ def test_precision_flag_and_a_model_without_transformer_engine(caplog):
     assert trainer.precision_plugin.precision == "fp8"
     with caplog.at_level("INFO"):
         trainer.fit(BoringModel())
-    assert "no Transformer Engine modules, so it trains in bf16" in caplog.text
+    assert (
+        "no Transformer Engine modules, so it trains in bf16. Pass `HPUPrecisionPlugin(precision='fp8'," in caplog.text
+    )
 
 
 @pytest.mark.parametrize(
@@ -201,3 +205,75 @@ def test_two_processes_agree_on_the_fp8_scales(tmp_path, amax):
     assert first["steps"] == second["steps"] > 0
     # the input scales in use
     assert torch.equal(first["scale"][0], second["scale"][0]) == (amax == "reduce")
+
+
+class OddShapes(pl.LightningModule):
+    """Linear layers whose sizes are not multiples of 16, which CUDA's fp8 GEMM would refuse."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.net = nn.Sequential(nn.Linear(13, 37), nn.ReLU(), nn.Linear(37, 5))
+
+    def forward(self, x):
+        return self.net(x)
+
+    def training_step(self, batch, batch_idx):
+        features, labels = batch
+        return nn.functional.cross_entropy(self(features), labels)
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    def train_dataloader(self):
+        generator = torch.Generator().manual_seed(1)
+        features = torch.randn(96, 13, generator=generator)
+        labels = torch.randint(0, 5, (96,), generator=generator)
+        return torch.utils.data.DataLoader(list(zip(features, labels)), batch_size=8)
+
+
+def _graph_compilations() -> int:
+    from habana_frameworks.torch.hpu.metrics import metric_global
+
+    return dict(metric_global("graph_compilation").stats())["TotalNumber"]
+
+
+class CountsCompilations(pl.Callback):
+    """The losses and the compilations so far after each step (outside the step, which Lightning compiles too)."""
+
+    def __init__(self) -> None:
+        self.after_step, self.losses = [], []
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        self.after_step.append(_graph_compilations())
+        self.losses.append(outputs["loss"].detach())
+
+
+@pytest.mark.skipif(os.environ.get("PT_HPU_LAZY_MODE", "0") == "1", reason="torch.compile runs in eager mode")
+def test_compiled_fp8_training_with_odd_shapes_follows_eager_without_recompiling():
+    """``torch.compile(backend="hpu_backend")`` of a model whose layers the plugin turns into Transformer Engine ones at
+    set-up: the same losses as eager, step by step, and no compilation after the first steps."""
+    te = _te()
+    runs = {}
+    for compiled in (False, True):
+        model = OddShapes()
+        counter = CountsCompilations()
+        trainer = pl.Trainer(
+            accelerator="hpu",
+            devices=1,
+            plugins=[HPUPrecisionPlugin("fp8", recipe={"fp8_format": "HYBRID"}, replace_layers=True)],
+            max_steps=12,
+            callbacks=[counter],
+            logger=False,
+            enable_checkpointing=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+        )
+        trainer.fit(torch.compile(model, backend="hpu_backend") if compiled else model)
+        assert isinstance(model.net[0], te.Linear) and isinstance(model.net[2], te.Linear)
+        runs[compiled] = torch.stack(counter.losses).float().cpu(), counter.after_step
+    (eager, _), (compiled, compilations) = runs[False], runs[True]
+    assert compilations[-1] > 0  # the steps did run compiled
+    assert compilations[-1] == compilations[2], compilations  # warm-up over after 3 steps, then no recompilation
+    assert eager[-1] < eager[0]
+    torch.testing.assert_close(compiled, eager, atol=2e-2, rtol=2e-2)

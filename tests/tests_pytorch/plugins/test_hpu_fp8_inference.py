@@ -208,7 +208,7 @@ def test_bad_inputs_are_refused_before_anything_changes(tmp_path, monkeypatch, a
     model = BoringModel()
     with pytest.raises(MisconfigurationException, match=match):
         plugin.convert_modules(model, inference=True, fp8_data_path=str(tmp_path / "fp8"), **arguments)
-    assert type(model.layer) is torch.nn.Linear and plugin.fp8_inference is None
+    assert type(model.layer) is torch.nn.Linear and plugin.fp8_inference(model) is None
     assert list(tmp_path.iterdir()) == []
 
 
@@ -218,7 +218,7 @@ def test_a_statistics_folder_that_cannot_be_written_is_refused_before_measuring(
     model = BoringModel()
     with pytest.raises(MisconfigurationException, match="notes.txt is not a writable folder. Pass a writable folder"):
         plugin.convert_modules(model, inference=True, quant=False, fp8_data_path=str(tmp_path / "notes.txt" / "fp8"))
-    assert type(model.layer) is torch.nn.Linear and plugin.fp8_inference is None
+    assert type(model.layer) is torch.nn.Linear and plugin.fp8_inference(model) is None
 
 
 def test_data_parallel_inference_is_refused(tmp_path, monkeypatch):
@@ -275,3 +275,45 @@ def test_measurements_of_another_number_of_processes_are_named(tmp_path, monkeyp
     (tmp_path / "measure_hooks_maxabs_3_4.json").write_text("{}")
     with pytest.raises(MisconfigurationException, match=r"which has measure_hooks_maxabs_3_4.json: .* another number"):
         HPUPrecisionPlugin("fp8").convert_modules(BoringModel(), inference=True, fp8_data_path=str(tmp_path))
+
+
+def test_a_measured_model_run_without_its_plugin_still_gets_its_statistics_written(tmp_path):
+    """lightning-habana's spelling with the plugin left out of the Trainer: the Trainer's own HPU plugin writes them."""
+    folder = tmp_path / "fp8"
+    body = f"""
+        p = HPUPrecisionPlugin('fp8')
+        m = p.convert_modules(model(), inference=True, quant=False, fp8_data_path={str(folder)!r})
+        trainer = pl.Trainer(accelerator="hpu", devices=1, logger=False, enable_progress_bar=False)
+        trainer.test(m, dataloaders=m.val_dataloader(), verbose=False)
+        print('plugin', type(trainer.precision_plugin).__name__)
+        """
+    result = _run([_script(tmp_path, body)], cwd=tmp_path)
+    assert "plugin HPUPrecisionPlugin" in result.stdout
+    assert sorted(path.name for path in folder.iterdir()) == [
+        "measure_hooks_maxabs.json",
+        "measure_hooks_maxabs.npz",
+        "measure_hooks_maxabs_mod_list.json",
+    ]
+
+
+def test_fp8_inference_by_constructor_measures_then_quantizes_at_set_up(tmp_path):
+    """``HPUFP8InferencePrecision``: the Trainer sets the model up for measurement, then in a new process quantizes it;
+    the quantized predictions stay close to the measured model's bf16 ones."""
+    body = f"""
+        from pytorch_lightning.plugins import HPUFP8InferencePrecision
+        plugin = HPUFP8InferencePrecision(quant=sys.argv[1] == 'quantize', fp8_data_path={str(tmp_path / "fp8")!r})
+        m = model()
+        assert type(m.layer[0]) is torch.nn.Linear  # nothing happens before the run
+        out = predict(m, plugin)
+        torch.save(out, sys.argv[1] + '.pt')
+        print('prepared', type(m.layer[0]).__name__, type(m.layer[2]).__name__)
+        """
+    script = _script(tmp_path, body)
+    measured = _run([script, "measure"], cwd=tmp_path)
+    assert "prepared PatchedLinear PatchedLinear" in measured.stdout
+    assert (tmp_path / "fp8" / "measure_hooks_maxabs.npz").is_file()
+    quantized = _run([script, "quantize"], cwd=tmp_path)
+    assert "prepared PatchedLinear PatchedLinear" in quantized.stdout
+    bf16, fp8 = torch.load(tmp_path / "measure.pt"), torch.load(tmp_path / "quantize.pt")
+    assert not torch.equal(bf16, fp8)
+    assert (fp8 - bf16).abs().max() <= 0.1 * bf16.abs().max()

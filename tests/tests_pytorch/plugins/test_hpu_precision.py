@@ -209,12 +209,20 @@ def test_op_lists_leave_the_environment_as_found_after_the_run(tmp_path, monkeyp
     lower.write_text("linear\n")
     fp32.write_text("softmax\n")
     plugin = HPUPrecisionPlugin("bf16-mixed", bf16_file_path=str(lower), fp32_file_path=str(fp32))
-    # set while the run lasts, so that processes the strategy launches get the lists
-    assert os.environ["LOWER_LIST"] == str(lower.resolve())
+    assert not {"LOWER_LIST", "FP32_LIST", "PT_HPU_LAZY_MODE"} & set(os.environ)
+
+    class SeesTheLists(BoringModel):
+        def training_step(self, batch, batch_idx):
+            self.lists = os.environ.get("LOWER_LIST"), os.environ.get("FP32_LIST")
+            return super().training_step(batch, batch_idx)
+
+    model = SeesTheLists()
     trainer = pl.Trainer(
         accelerator="hpu", devices=1, plugins=[plugin], max_steps=1, default_root_dir=tmp_path, logger=False
     )
-    trainer.fit(BoringModel())
+    trainer.fit(model)
+    # set while the run lasts, as Gaudi's autocast reads them
+    assert model.lists == (str(lower.resolve()), str(fp32.resolve()))
     assert not {"LOWER_LIST", "FP32_LIST", "PT_HPU_LAZY_MODE"} & set(os.environ)
 
 

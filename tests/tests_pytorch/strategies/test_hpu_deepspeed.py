@@ -436,17 +436,26 @@ def test_load_full_weights_from_a_single_file_checkpoint(tmp_path):
     assert_same_parameters(loaded, expected)
 
 
-@pytest.mark.parametrize("stage", [2, 3])
-def test_fp8_training(stage):
-    """The reference page's note: fp8 under DeepSpeed as with HPUPrecisionPlugin, with HPUDeepSpeedPrecisionPlugin."""
+@pytest.mark.parametrize(("stage", "form"), [(2, "convert_modules"), (3, "constructor")])
+@pytest.mark.usefixtures("amx_host")
+def test_fp8_training(stage, form):
+    """The reference page's note: fp8 under DeepSpeed as with HPUPrecisionPlugin, with HPUDeepSpeedPrecisionPlugin;
+    lightning-habana's ``convert_modules`` before ``fit``, or the constructor, which replaces the layers at set-up."""
     from habana_frameworks.torch.hpex.experimental.transformer_engine import Linear, recipe
 
     model = SampleModel()
-    plugin = HPUDeepSpeedPrecisionPlugin(precision="fp8")
-    plugin.convert_modules(model, replace_layers=True, recipe=recipe.DelayedScaling(fp8_format=recipe.Format.HYBRID))
-    assert isinstance(model.l1, Linear) and isinstance(model.l2, Linear)
+    if form == "convert_modules":
+        plugin = HPUDeepSpeedPrecisionPlugin(precision="fp8")
+        hybrid = recipe.DelayedScaling(fp8_format=recipe.Format.HYBRID)
+        plugin.convert_modules(model, replace_layers=True, recipe=hybrid)
+        assert isinstance(model.l1, Linear) and isinstance(model.l2, Linear)
+    else:
+        plugin = HPUDeepSpeedPrecisionPlugin(precision="fp8", recipe={"fp8_format": "HYBRID"}, replace_layers=True)
+        assert type(model.l1) is torch.nn.Linear
     trainer = _trainer(HPUDeepSpeedStrategy(stage=stage), plugins=[plugin])
     trainer.fit(model)
+    assert isinstance(model.l1, Linear) and isinstance(model.l2, Linear)
+    assert plugin.recipe.fp8_format == recipe.Format.HYBRID
     assert trainer.precision_plugin is plugin and trainer.strategy.config["bf16"]["enabled"]
     assert trainer.strategy.deepspeed_engine.zero_optimization_stage() == stage
     # the engine holds the model in bf16; the Transformer Engine layers scaled and computed in fp8 every step

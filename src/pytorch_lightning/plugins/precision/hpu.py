@@ -1,25 +1,22 @@
-"""Precision for Intel Gaudi: fp32, mixed precision through ``torch.autocast("hpu")`` with Gaudi's op lists, or
-weights and inputs in bf16/fp16."""
+"""Precision on Intel Gaudi: the base of every HPU precision plugin, fp32 itself, and the entry point that builds the
+plugin for a precision (``HPUPrecisionPlugin(precision="bf16-mixed")``), as Lightning 1.x and lightning-habana did."""
 
-import os
-from contextlib import AbstractContextManager, nullcontext
-from pathlib import Path
-from typing import Any, Optional, Union
+import importlib.util
+import inspect
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Optional, Union
 
-import torch
 from lightning.fabric.connector import _convert_precision_to_unified_args
-from lightning.pytorch.plugins.precision.half import HalfPrecision
 from lightning.pytorch.plugins.precision.precision import Precision
-from lightning.pytorch.utilities.rank_zero import WarningCache, rank_zero_info
+from lightning.pytorch.utilities.exceptions import MisconfigurationException
+from lightning.pytorch.utilities.rank_zero import WarningCache
 from torch.nn import Module
 from typing_extensions import override
 
-from pytorch_lightning.plugins.precision import hpu_fp8
+if TYPE_CHECKING:
+    from pytorch_lightning.plugins.precision.hpu_fp8_inference import FP8InferenceConfig, Measurement
 
-_SUPPORTED = ("32-true", "bf16-mixed", "16-mixed", "bf16-true", "16-true", "fp8")
-# fp8 runs what Transformer Engine does not cover in bf16 autocast, with the op lists
-_AUTOCAST_DTYPES = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16, "fp8": torch.bfloat16}
-_HALF = ("bf16-true", "16-true")
+SUPPORTED = ("32-true", "bf16-mixed", "16-mixed", "bf16-true", "16-true", "fp8")
 # Lightning 1.x's spellings of Habana mixed precision, which ran in bf16 on every Gaudi
 _LEGACY_16 = ("16", 16)
 _LEGACY_16_NOTE = (
@@ -29,37 +26,50 @@ _LEGACY_16_NOTE = (
 _info_cache = WarningCache()
 # first-generation Gaudi has no fp16 and no fp8
 _NEEDS_GAUDI2 = {"16-mixed": "bf16-mixed", "16-true": "bf16-true", "fp8": "bf16-mixed"}
-# the keys of the ``hmp_params`` dict of earlier Lightning releases, and the arguments they stand for
-_HMP_PARAMS = {"level": "opt_level", "verbose": "verbose", "bf16_ops": "bf16_file_path", "fp32_ops": "fp32_file_path"}
-# Gaudi's autocast reads its lower-precision and fp32 op lists from the files these variables name
-_OP_LIST_VARIABLES = {"bf16_file_path": "LOWER_LIST", "fp32_file_path": "FP32_LIST"}
-# what installing the op lists sets in the process environment (the bridge records the mode too); put back at teardown
-_INSTALLED_VARIABLES = ("LOWER_LIST", "FP32_LIST", "PT_HPU_LAZY_MODE")
 
 
-class HPUPrecisionPlugin(hpu_fp8.FP8Conversion, Precision):
-    """Mixed precision on HPUs with Gaudi's autocast, plain fp32, or weights and inputs in bf16/fp16.
+class _BuiltByPrecision(type):
+    """Calling ``HPUPrecisionPlugin(...)`` builds the class of the precision it is given; every class's signature is
+    that of its constructor (what LightningCLI and the docs read)."""
 
-    ``Trainer(accelerator="hpu", precision="bf16-mixed")`` (or ``"16-mixed"``, ``"bf16"``, ``"bf16-true"``,
-    ``"16-true"``, ``"fp8"``; ``16`` and ``"16"`` mean ``"bf16-mixed"`` here, as in Lightning 1.x) creates it; pass it
-    in ``plugins`` to choose which ops run in lower precision and which stay in fp32.
-    The ``-true`` precisions mean what they mean on every other device: the module's parameters, the floating-point
-    inputs and the tensors created in ``forward`` are in that type, without autocast.
-    ``"fp8"`` (Gaudi2 and newer) trains Transformer Engine modules in fp8 and every other op in bf16 autocast;
-    :meth:`convert_modules` puts such modules in place of the model's linear layers, or prepares the model for fp8
-    inference with Intel Neural Compressor (measurement, then quantization in a later process).
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        if cls is HPUPrecisionPlugin:
+            chosen, arguments = _plugin_for(args, kwargs)
+            if chosen is not cls:
+                return chosen(**arguments)
+        return super().__call__(*args, **kwargs)
+
+    @property
+    def __signature__(cls) -> inspect.Signature:
+        signature = inspect.signature(cls.__init__)  # type: ignore[misc]
+        return signature.replace(parameters=list(signature.parameters.values())[1:])
+
+
+class HPUPrecisionPlugin(Precision, metaclass=_BuiltByPrecision):
+    """Precision on HPUs; the base of every HPU precision plugin, and plain fp32 (``"32-true"``) itself.
+
+    ``HPUPrecisionPlugin(precision=...)`` builds the plugin for that precision, so code written for Lightning 1.x or
+    lightning-habana keeps working: ``"bf16-mixed"``/``"16-mixed"`` (and the legacy ``16``, ``"16"``) give
+    :class:`HPUMixedPrecision`, ``"bf16-true"``/``"16-true"`` :class:`HPUHalfPrecision`, ``"fp8"``
+    :class:`HPUFP8Precision`. The Trainer's ``precision`` flag builds the same plugins.
+
+    Every HPU plugin writes the statistics of a model prepared for fp8 measurement
+    (:meth:`convert_modules` with ``inference=True, quant=False``) when a stage that ran it has succeeded.
 
     Args:
-        precision: ``"32-true"``, ``"bf16-mixed"``, ``"16-mixed"`` (Gaudi2 and newer), ``"bf16-true"``, ``"16-true"``
-            (Gaudi2 and newer), ``"fp8"`` (Gaudi2 and newer), or a legacy form (``16`` and ``"16"`` are
-            ``"bf16-mixed"``).
-        opt_level: ``"O1"``: ops in the lower-precision list run in bf16/fp16, ops in the fp32 list in fp32, all
-            others in the type of their inputs.
-        bf16_file_path: a text file with one op name per line to run in lower precision (Gaudi's ``LOWER_LIST``).
-        fp32_file_path: a text file with one op name per line to keep in fp32 (Gaudi's ``FP32_LIST``).
-        verbose: log the op lists in effect.
-        hmp_params: the same settings as a dict with keys ``level``, ``verbose``, ``bf16_ops`` and ``fp32_ops``.
+        precision: ``"32-true"``, ``"bf16-mixed"``, ``"16-mixed"``, ``"bf16-true"``, ``"16-true"`` or ``"fp8"`` (the
+            last three need Gaudi2 or newer); ``16`` and ``"16"`` mean ``"bf16-mixed"``, as in Lightning 1.x.
+        opt_level, bf16_file_path, fp32_file_path, verbose, hmp_params: Gaudi's op lists, for the mixed precisions and
+            fp8 (see :class:`HPUMixedPrecision`).
+        recipe, replace_layers: for ``"fp8"`` (see :class:`HPUFP8Precision`).
     """
+
+    device = "hpu"
+    # how users build this family of plugins, for messages
+    _entry_point = "HPUPrecisionPlugin"
+    # what the current run measures for fp8 inference, and whether it failed
+    _measurements: tuple["Measurement", ...] = ()
+    _failed = False
 
     def __init__(
         self,
@@ -69,143 +79,158 @@ class HPUPrecisionPlugin(hpu_fp8.FP8Conversion, Precision):
         fp32_file_path: Optional[str] = None,
         verbose: bool = False,
         hmp_params: Optional[dict[str, Any]] = None,
+        *,
+        recipe: Optional[Union[Mapping[str, Any], Any]] = None,
+        replace_layers: bool = False,
     ) -> None:
-        self.precision = _validate_precision(precision)
-        # upstream's own plugin for the ``-true`` half precisions, so that they mean exactly what they mean elsewhere
-        self._half = HalfPrecision(self.precision) if self.precision in _HALF else None
-        settings = {
-            "opt_level": opt_level,
-            "verbose": verbose,
-            "bf16_file_path": bf16_file_path,
-            "fp32_file_path": fp32_file_path,
-        }
-        settings.update(_settings_from_hmp_params(hmp_params, explicit=settings))
-        if settings["opt_level"] != "O1":
-            raise ValueError(
-                f"`HPUPrecisionPlugin(opt_level={settings['opt_level']!r})` is not supported: Gaudi's autocast"
-                " implements 'O1' (op lists). Use `opt_level='O1'` and list the ops to lower in `bf16_file_path`."
+        # reached for "32-true" only: every other precision is built by its own class (``__new__``)
+        self.precision = validate_precision(precision, ("32-true",), type(self).__name__)
+
+    @property
+    def fp8_training_available(self) -> bool:
+        """Whether this machine trains in fp8: a Gaudi2 or newer with Gaudi's Transformer Engine."""
+        spec = importlib.util.find_spec("habana_frameworks.torch.hpex.experimental.transformer_engine")
+        return _gaudi2_or_newer() and spec is not None
+
+    @property
+    def fp8_inference_available(self) -> bool:
+        """Whether this machine runs fp8 inference: a Gaudi2 or newer with Intel Neural Compressor installed."""
+        return _gaudi2_or_newer() and importlib.util.find_spec("neural_compressor") is not None
+
+    def fp8_inference(self, module: Module) -> Optional["FP8InferenceConfig"]:
+        """How ``module`` is prepared for fp8 inference (measure or quantize), or ``None`` if it is not."""
+        from pytorch_lightning.plugins.precision import hpu_fp8_inference
+
+        return hpu_fp8_inference.prepared_config(module)
+
+    def convert_modules(
+        self,
+        module: Module,
+        inference: bool = False,
+        replace_layers: bool = False,
+        recipe: Optional[Any] = None,
+        quant: Union[bool, str, dict] = True,
+        fp8_data_path: Optional[str] = None,
+    ) -> Module:
+        """lightning-habana's way to prepare a model for fp8 (``precision="fp8"`` only); returns the model.
+
+        The constructor form does the same when the Trainer sets the model up:
+        ``HPUFP8Precision(recipe=..., replace_layers=True)`` for training, ``HPUFP8InferencePrecision(quant=...,
+        fp8_data_path=...)`` for inference.
+
+        Args:
+            module: the model, before ``fit``, ``predict`` or ``test``.
+            inference: prepare for fp8 inference with Intel Neural Compressor instead of training: with ``quant=False``
+                measure the model's tensors during ``predict``/``test`` (the statistics are written when it ends),
+                with ``quant=True``, in a later process, quantize it from those statistics.
+            replace_layers: put Transformer Engine ``Linear`` layers, holding the same weights, in place of the
+                model's ``torch.nn.Linear`` layers. A model that already has Transformer Engine modules is left as it
+                is.
+            recipe: the fp8 recipe for training, kept by this plugin (e.g. ``recipe.DelayedScaling(fp8_format=
+                recipe.Format.HYBRID)``, or its arguments as a dict); Transformer Engine's default when not given.
+            quant: for fp8 inference: ``True`` (quantize) or ``False`` (measure) with the JSON configuration that
+                ``QUANT_CONFIG`` names, or else the packaged maxabs ones; or the path of an Intel Neural Compressor JSON
+                configuration, or such a configuration as a dict (its ``mode`` decides). Files are never modified.
+            fp8_data_path: the folder of the measurements, written when measuring and read when quantizing; the
+                configuration's ``dump_stats_path``, or else ``./hqt_output``, when not given.
+        """
+        if self.precision != "fp8":
+            raise MisconfigurationException(
+                f"`convert_modules` prepares a model for fp8, but this plugin has `precision={self.precision!r}`."
+                f" Create it with `{self._entry_point}(precision='fp8')`."
             )
-        self.verbose = bool(settings["verbose"])
-        self.op_list_files = {
-            variable: _validated_op_list(settings[argument] or os.environ.get(variable), argument, variable)
-            for argument, variable in _OP_LIST_VARIABLES.items()
-        }
-        self._environment_before = {variable: os.environ.get(variable) for variable in _INSTALLED_VARIABLES}
-        if self.precision in _AUTOCAST_DTYPES:
-            if any(self.op_list_files.values()):
-                _install_op_lists(self.op_list_files)
-            if self.verbose:
-                rank_zero_info(f"HPU autocast to {_AUTOCAST_DTYPES[self.precision]} with op lists {self.op_list_files}")
+        if inference:
+            from pytorch_lightning.plugins.precision import hpu_fp8_inference
 
-    def autocast_context_manager(self) -> AbstractContextManager:
-        """``torch.autocast("hpu")`` in lower precision, around Transformer Engine's ``fp8_autocast`` for fp8;
-        nothing for fp32."""
-        if self.precision == "fp8":
-            return hpu_fp8.fp8_training_context(self.recipe)
-        if self.precision not in _AUTOCAST_DTYPES:
-            return nullcontext()
-        return torch.autocast(device_type="hpu", dtype=_AUTOCAST_DTYPES[self.precision])
+            config = hpu_fp8_inference.resolve_config(quant, fp8_data_path)
+            return hpu_fp8_inference.convert_for_inference(module, config)
+        from pytorch_lightning.plugins.precision import hpu_fp8
 
-    @override
-    def forward_context(self) -> AbstractContextManager:
-        if self._half is not None:
-            return self._half.forward_context()
-        return self.autocast_context_manager()
+        if recipe is not None:
+            self.recipe = hpu_fp8.fp8_recipe(recipe)
+        return hpu_fp8.replace_linear_layers(module) if replace_layers else module
 
     @override
     def convert_module(self, module: Module) -> Module:
-        if self.precision == "fp8":
-            self.say_if_nothing_computes_in_fp8(module)
-        return module if self._half is None else self._half.convert_module(module)
+        from pytorch_lightning.plugins.precision import hpu_fp8_inference
 
-    @override
-    def tensor_init_context(self) -> AbstractContextManager:
-        return super().tensor_init_context() if self._half is None else self._half.tensor_init_context()
+        # a run starts: the fp8 measurements it gathers are written if it ends well
+        self._measurements = tuple(hpu_fp8_inference.measurements_in(module))
+        self._failed = False
+        return super().convert_module(module)
 
-    @override
-    def module_init_context(self) -> AbstractContextManager:
-        return super().module_init_context() if self._half is None else self._half.module_init_context()
-
-    @override
-    def convert_input(self, data: Any) -> Any:
-        return data if self._half is None else self._half.convert_input(data)
+    def on_exception(self, exception: BaseException) -> None:
+        """The HPU strategies call it when the run fails, before ``teardown``: measurements are then not written, so
+        a later quantization still finds the statistics of the last complete run."""
+        self._failed = True
 
     @override
     def teardown(self) -> None:
-        """Leave the environment as construction found it; processes launched by the strategy have inherited it."""
         super().teardown()
-        for variable, value in self._environment_before.items():
-            if value is None:
-                os.environ.pop(variable, None)
-            else:
-                os.environ[variable] = value
+        measurements, self._measurements = self._measurements, ()
+        if not self._failed:
+            for measurement in measurements:
+                measurement.write()
 
 
-def _validate_precision(precision: Union[str, int]) -> str:
+def validate_precision(precision: Union[str, int], allowed: tuple[str, ...], owner: str) -> str:
+    """``precision`` in upstream's unified form, checked against what ``owner`` runs and what this Gaudi supports."""
     if type(precision) in (str, int) and precision in _LEGACY_16:
         _info_cache.info(_LEGACY_16_NOTE)
-        return "bf16-mixed"
-    try:
-        unified = "fp8" if precision == "fp8" else _convert_precision_to_unified_args(precision)
-    except ValueError:
-        unified = None
-    if unified not in _SUPPORTED:
+        unified: Optional[str] = "bf16-mixed"
+    else:
+        try:
+            unified = "fp8" if precision == "fp8" else _convert_precision_to_unified_args(precision)  # type: ignore[arg-type]
+        except ValueError:
+            unified = None
+    if unified not in SUPPORTED:
         reason = " Gaudi has no float64." if unified == "64-true" else ""
         raise ValueError(
             f"`precision={precision!r}` is not supported on HPU.{reason} Choose one of"
-            f" {', '.join(map(repr, _SUPPORTED))} (or the legacy forms 32, 16, '16', 'bf16')."
+            f" {', '.join(map(repr, SUPPORTED))} (or the legacy forms 32, 16, '16', 'bf16')."
         )
-    if unified in _NEEDS_GAUDI2:
-        import habana_frameworks.torch.hpu as hthpu
-
-        if hthpu.get_device_name() == "GAUDI":
-            raise ValueError(
-                f"`precision={unified!r}` needs Gaudi2 or newer: first-generation Gaudi has no fp16 and no fp8."
-                f" Use `precision={_NEEDS_GAUDI2[unified]!r}` instead."
-            )
+    if unified not in allowed:
+        raise ValueError(
+            f"`{owner}` runs {', '.join(map(repr, allowed))}, not `precision={precision!r}`. Use"
+            f" `HPUPrecisionPlugin(precision={unified!r})`, which builds the plugin for it."
+        )
+    if unified in _NEEDS_GAUDI2 and not _gaudi2_or_newer():
+        raise ValueError(
+            f"`precision={unified!r}` needs Gaudi2 or newer: first-generation Gaudi has no fp16 and no fp8."
+            f" Use `precision={_NEEDS_GAUDI2[unified]!r}` instead."
+        )
     return unified
 
 
-def _settings_from_hmp_params(hmp_params: Optional[dict[str, Any]], explicit: dict[str, Any]) -> dict[str, Any]:
-    if not hmp_params:
-        return {}
-    unknown = set(hmp_params) - set(_HMP_PARAMS)
+def _gaudi2_or_newer() -> bool:
+    import habana_frameworks.torch.hpu as hthpu
+
+    return hthpu.get_device_name() != "GAUDI"
+
+
+def _plugin_for(args: tuple, kwargs: dict[str, Any]) -> tuple[type[HPUPrecisionPlugin], dict[str, Any]]:
+    """The class that runs the precision of these constructor arguments, and the arguments to build it with; those
+    given must be ones it takes."""
+    from pytorch_lightning.plugins.precision.hpu_fp8 import HPUFP8Precision
+    from pytorch_lightning.plugins.precision.hpu_half import HPUHalfPrecision
+    from pytorch_lightning.plugins.precision.hpu_mixed import HPUMixedPrecision
+
+    signature = inspect.signature(HPUPrecisionPlugin.__init__)
+    try:
+        bound = signature.bind(None, *args, **kwargs).arguments
+    except TypeError as error:
+        raise TypeError(f"HPUPrecisionPlugin: {error}") from None
+    precision = bound.get("precision", "32-true")
+    unified = validate_precision(precision, SUPPORTED, "HPUPrecisionPlugin")
+    chosen = {"bf16-mixed": HPUMixedPrecision, "16-mixed": HPUMixedPrecision, "fp8": HPUFP8Precision}.get(unified)
+    chosen = chosen or (HPUHalfPrecision if unified.endswith("-true") and unified != "32-true" else HPUPrecisionPlugin)
+    # LightningCLI passes every argument, those left at their defaults too
+    given = {name: value for name, value in list(bound.items())[2:] if value != signature.parameters[name].default}
+    accepted = {"precision"} if chosen is HPUPrecisionPlugin else set(inspect.signature(chosen.__init__).parameters)
+    unknown = sorted(set(given) - accepted)
     if unknown:
         raise ValueError(
-            f"`hmp_params` has unknown keys {sorted(unknown)}. The keys are {', '.join(map(repr, _HMP_PARAMS))}."
+            f"`HPUPrecisionPlugin(precision={precision!r})` takes no {', '.join(f'`{name}`' for name in unknown)}:"
+            " op lists apply to 'bf16-mixed', '16-mixed' and 'fp8'; `recipe` and `replace_layers` to 'fp8'."
         )
-    defaults = {"opt_level": "O1", "verbose": False, "bf16_file_path": None, "fp32_file_path": None}
-    clashes = [
-        key for key, argument in _HMP_PARAMS.items() if key in hmp_params and explicit[argument] != defaults[argument]
-    ]
-    if clashes:
-        raise ValueError(f"`hmp_params` keys {clashes} repeat constructor arguments of `HPUPrecisionPlugin`; pass one.")
-    return {_HMP_PARAMS[key]: value for key, value in hmp_params.items()}
-
-
-def _validated_op_list(path: Optional[str], argument: str, variable: str) -> Optional[str]:
-    """Check that an op-list file exists and names only real ops, so a typo fails now rather than mid-training."""
-    if path is None:
-        return None
-    file = Path(path)
-    if not file.is_file():
-        raise FileNotFoundError(
-            f"The op list for `{argument}` (Gaudi's {variable}) does not exist: {str(file)!r}. Pass the path of a"
-            " text file with one op name per line."
-        )
-    # Gaudi's own names for ops (aten names, and those of its published lists and of HMP files); importing it
-    # activates nothing
-    from virtual_hpu.op_names import resolve
-
-    resolve(file.read_text().splitlines(), f"The op list {str(file)!r} (`{argument}`)")
-    return str(file.resolve())
-
-
-def _install_op_lists(files: dict[str, Optional[str]]) -> None:
-    """Point Gaudi's autocast at the op-list files and have the bridge apply them before the first autocast region."""
-    for variable, path in files.items():
-        if path is not None:
-            os.environ[variable] = path
-    import habana_frameworks.torch.core as htcore
-
-    htcore.hpu_set_env()
+    return chosen, {"precision": precision, **given}

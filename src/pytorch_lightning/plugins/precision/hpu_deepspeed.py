@@ -1,44 +1,59 @@
 """Precision of DeepSpeed on Intel Gaudi: the engine's fp32, bf16 or fp16 training, and fp8 for Transformer Engine
 modules."""
 
+from collections.abc import Mapping
 from contextlib import AbstractContextManager
-from typing import Union
+from typing import Any, Optional, Union
 
 from lightning.pytorch.plugins.precision.deepspeed import DeepSpeedPrecision
 from torch.nn import Module
 from typing_extensions import override
 
 from pytorch_lightning.plugins.precision import hpu_fp8
-from pytorch_lightning.plugins.precision.hpu import _validate_precision
+from pytorch_lightning.plugins.precision.hpu import SUPPORTED, HPUPrecisionPlugin, validate_precision
 
 
-class HPUDeepSpeedPrecisionPlugin(hpu_fp8.FP8Conversion, DeepSpeedPrecision):
+class HPUDeepSpeedPrecisionPlugin(HPUPrecisionPlugin, DeepSpeedPrecision):
     """Upstream's ``DeepSpeedPrecision`` with the precisions Gaudi supports.
 
     With ``"bf16-mixed"`` or ``"16-mixed"`` (Gaudi2 and newer) DeepSpeed's engine keeps the model in bf16/fp16 and
     fp32 master weights in its optimizer; floating-point inputs are cast to that type. Backward, the optimizer step and
-    gradient clipping are the engine's. ``Trainer(strategy="hpu_deepspeed", precision=...)`` creates it; upstream's
+    gradient clipping are the engine's. ``Trainer(strategy="hpu_deepspeed", precision=...)`` builds it; upstream's
     ``DeepSpeedPrecision`` passed in ``plugins`` with HPU becomes this plugin.
     With ``"fp8"`` (Gaudi2 and newer) the engine works in bf16 as for ``"bf16-mixed"``, and Transformer Engine modules
-    compute in fp8; :meth:`convert_modules` puts them in place of the model's linear layers, as
-    :meth:`HPUPrecisionPlugin.convert_modules <pytorch_lightning.plugins.HPUPrecisionPlugin.convert_modules>` does,
-    or prepares it for fp8 inference (quantized models run with ZeRO stages 0 to 2).
+    compute in fp8 with ``recipe``, as with :class:`HPUFP8Precision`; :meth:`convert_modules` prepares a model for fp8
+    inference (quantized models run with ZeRO stages 0 to 2).
 
     Args:
-        precision: ``"32-true"``, ``"bf16-mixed"``, ``"16-mixed"``, ``"fp8"``, or a legacy form (32, 16, ``"bf16"``).
+        precision: ``"32-true"``, ``"bf16-mixed"``, ``"16-mixed"``, ``"bf16-true"``, ``"16-true"``, ``"fp8"``, or a
+            legacy form (32, 16, ``"bf16"``).
+        recipe: for ``"fp8"``: a ``DelayedScaling`` recipe or its arguments as a dict.
+        replace_layers: for ``"fp8"``: put Transformer Engine ``Linear`` layers in place of the model's linear layers
+            at set-up.
     """
 
-    def __init__(self, precision: Union[str, int] = "32-true") -> None:
-        validated = _validate_precision(precision)
+    _entry_point = "HPUDeepSpeedPrecisionPlugin"
+
+    def __init__(
+        self,
+        precision: Union[str, int] = "32-true",
+        *,
+        recipe: Optional[Union[Mapping[str, Any], Any]] = None,
+        replace_layers: bool = False,
+    ) -> None:
+        validated = validate_precision(precision, SUPPORTED, type(self).__name__)
         # under fp8, DeepSpeed's engine holds the model and casts the inputs as for bf16
-        super().__init__("bf16-mixed" if validated == "fp8" else validated)  # type: ignore[arg-type]
+        DeepSpeedPrecision.__init__(self, "bf16-mixed" if validated == "fp8" else validated)  # type: ignore[arg-type]
         self.precision = validated
+        self.recipe = hpu_fp8.fp8_recipe(recipe)
+        self.replace_layers = replace_layers
 
     @override
     def convert_module(self, module: Module) -> Module:
-        if self.precision == "fp8":
-            self.say_if_nothing_computes_in_fp8(module)
-        return super().convert_module(module)
+        module = super().convert_module(module)
+        if self.precision == "fp8" and self.fp8_inference(module) is None:
+            hpu_fp8.prepare_for_fp8_training(module, self.replace_layers)
+        return module
 
     @override
     def forward_context(self) -> AbstractContextManager:

@@ -1,17 +1,65 @@
-"""fp8 on Gaudi2 and newer. Training: Intel Gaudi's Transformer Engine modules compute in fp8 inside
-``fp8_autocast``, every other op follows bf16 autocast. Inference: Intel Neural Compressor's measured, then quantized
-modules (``hpu_fp8_inference``)."""
+"""fp8 training on Gaudi2 and newer: Intel Gaudi's Transformer Engine modules compute in fp8 inside
+``fp8_autocast``, every other op follows bf16 autocast."""
 
-from collections.abc import Generator
-from contextlib import contextmanager
+from collections.abc import Generator, Mapping
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any, Optional, Union
 
 import torch
-from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.utilities.rank_zero import rank_zero_info
 from torch import nn
+from typing_extensions import override
 
-from pytorch_lightning.plugins.precision import hpu_fp8_inference
+from pytorch_lightning.plugins.precision.hpu_mixed import HPUMixedPrecision
+
+
+class HPUFP8Precision(HPUMixedPrecision):
+    """fp8 training on HPUs (Gaudi2 and newer) with Gaudi's Transformer Engine.
+
+    Transformer Engine modules compute in fp8 with ``recipe``; every other op runs in bf16 autocast, with Gaudi's op
+    lists as in :class:`HPUMixedPrecision`. With ``replace_layers=True`` the model's ``torch.nn.Linear`` layers become
+    Transformer Engine ``Linear`` layers holding the same weights when the Trainer sets the model up, so
+    ``Trainer(plugins=[HPUFP8Precision(replace_layers=True)])`` is all a model needs. ``Trainer(precision="fp8")`` and
+    ``HPUPrecisionPlugin(precision="fp8", ...)`` build it too.
+
+    Args:
+        precision: ``"fp8"``.
+        recipe: the fp8 recipe: a ``transformer_engine.recipe.DelayedScaling``, or its arguments as a dict
+            (``{"fp8_format": "HYBRID", "amax_history_len": 16}``, as from a config file); Transformer Engine's default
+            ``DelayedScaling()`` when not given.
+        replace_layers: put Transformer Engine ``Linear`` layers in place of the model's ``torch.nn.Linear`` layers at
+            set-up. A model that already has Transformer Engine modules is left as it is.
+        opt_level, bf16_file_path, fp32_file_path, verbose, hmp_params: Gaudi's op lists for the bf16 ops.
+    """
+
+    _precisions = ("fp8",)
+
+    def __init__(
+        self,
+        precision: Union[str, int] = "fp8",
+        opt_level: str = "O1",
+        bf16_file_path: Optional[str] = None,
+        fp32_file_path: Optional[str] = None,
+        verbose: bool = False,
+        hmp_params: Optional[dict[str, Any]] = None,
+        *,
+        recipe: Optional[Union[Mapping[str, Any], Any]] = None,
+        replace_layers: bool = False,
+    ) -> None:
+        super().__init__(precision, opt_level, bf16_file_path, fp32_file_path, verbose, hmp_params)
+        self.recipe = fp8_recipe(recipe)
+        self.replace_layers = replace_layers
+
+    @override
+    def forward_context(self) -> AbstractContextManager:
+        return fp8_training_context(self.recipe)
+
+    @override
+    def convert_module(self, module: nn.Module) -> nn.Module:
+        module = super().convert_module(module)
+        if self.fp8_inference(module) is None:
+            prepare_for_fp8_training(module, self.replace_layers)
+        return module
 
 
 def transformer_engine() -> Any:
@@ -21,18 +69,52 @@ def transformer_engine() -> Any:
     return transformer_engine
 
 
+def fp8_recipe(recipe: Optional[Union[Mapping[str, Any], Any]]) -> Any:
+    """A ``DelayedScaling`` recipe from one, from its arguments as a mapping (formats by name), or the default."""
+    if recipe is None or not isinstance(recipe, Mapping):
+        return recipe
+    te_recipe = transformer_engine().recipe
+    arguments = dict(recipe)
+    if isinstance(arguments.get("fp8_format"), str):
+        name = arguments["fp8_format"]
+        if name not in te_recipe.Format.__members__:
+            raise ValueError(
+                f"The fp8 recipe's `fp8_format={name!r}` is not a format: use one of"
+                f" {', '.join(map(repr, te_recipe.Format.__members__))}."
+            )
+        arguments["fp8_format"] = te_recipe.Format[name]
+    return te_recipe.DelayedScaling(**arguments)
+
+
 def uses_transformer_engine(module: nn.Module) -> bool:
     """Whether any submodule is a Transformer Engine module (the user's own, or from an earlier conversion)."""
     return any(type(child).__module__.startswith(transformer_engine().__name__) for child in module.modules())
 
 
-def replace_linear_layers(module: nn.Module) -> tuple[list[str], list[str]]:
+def prepare_for_fp8_training(module: nn.Module, replace_layers: bool) -> None:
+    """Swap the linear layers of ``module`` for Transformer Engine ones if asked and it has none yet; say so when
+    nothing in it would compute in fp8."""
+    if uses_transformer_engine(module):
+        return
+    if replace_layers:
+        replace_linear_layers(module)
+    else:
+        rank_zero_info(
+            "`precision='fp8'`: the model has no Transformer Engine modules, so it trains in bf16. Pass"
+            " `HPUPrecisionPlugin(precision='fp8', replace_layers=True)` to put them in place of its linear layers."
+        )
+
+
+def replace_linear_layers(module: nn.Module) -> nn.Module:
     """Swap each ``torch.nn.Linear`` in ``module`` for a Transformer Engine ``Linear`` with the same weights and bias,
-    in the same dtype, on the same device. Returns the qualified names of the layers replaced and of those left.
+    in the same dtype, on the same device; a module that already has Transformer Engine modules is left as it is.
 
     Subclasses of ``Linear`` are left: their owners may use the weight directly rather than call the layer
     (``nn.MultiheadAttention.out_proj``), so an fp8 layer in their place would never run.
     """
+    if uses_transformer_engine(module):
+        rank_zero_info("The model already has Transformer Engine modules: its layers are left as they are.")
+        return module
     te = transformer_engine()
     replaced, left = [], []
     for owner_name, owner in list(module.named_modules()):
@@ -60,7 +142,10 @@ def replace_linear_layers(module: nn.Module) -> tuple[list[str], list[str]]:
                 replacement.bias.requires_grad_(child.bias.requires_grad)
             setattr(owner, name, replacement)
             replaced.append(qualified)
-    return replaced, left
+    rank_zero_info(f"fp8: {len(replaced)} linear layers now compute in fp8 with Transformer Engine.")
+    if left:
+        rank_zero_info(f"fp8: left in bf16 autocast, as their owners use the weights directly: {', '.join(left)}")
+    return module
 
 
 @contextmanager
@@ -72,76 +157,3 @@ def fp8_training_context(recipe: Any) -> Generator[None, None, None]:
         transformer_engine().fp8_autocast(enabled=True, fp8_recipe=recipe),
     ):
         yield
-
-
-class FP8Conversion:
-    """``convert_modules`` of the HPU precision plugins, the fp8 recipe it records for their forward context, and the
-    statistics of an fp8 measurement, written when a Trainer stage (``predict``, ``test``, ...) has succeeded."""
-
-    precision: str
-    recipe: Optional[Any] = None  # Transformer Engine's default ``DelayedScaling()`` when none is given
-    # set by ``convert_modules(inference=True)``
-    fp8_inference: Optional[hpu_fp8_inference.FP8InferenceConfig] = None
-    _measurement: Optional[hpu_fp8_inference.Measurement] = None
-
-    def convert_modules(
-        self,
-        module: nn.Module,
-        inference: bool = False,
-        replace_layers: bool = False,
-        recipe: Optional[Any] = None,
-        quant: Union[bool, str, dict] = True,
-        fp8_data_path: Optional[str] = None,
-    ) -> nn.Module:
-        """Prepare ``module`` for fp8 training or inference (``precision="fp8"`` only) and return it.
-
-        Args:
-            module: the model, before ``fit``, ``predict`` or ``test``.
-            inference: prepare for fp8 inference with Intel Neural Compressor instead of training: with ``quant=False``
-                measure the model's tensors during ``predict``/``test`` (the statistics are written when it ends),
-                with ``quant=True``, in a later process, quantize it from those statistics.
-            replace_layers: put Transformer Engine ``Linear`` layers, holding the same weights, in place of the
-                model's ``torch.nn.Linear`` layers. A model that already has Transformer Engine modules is left as it
-                is.
-            recipe: the fp8 recipe, e.g. ``recipe.DelayedScaling(fp8_format=recipe.Format.HYBRID)``; Transformer
-                Engine's default ``DelayedScaling()`` when not given.
-            quant: for fp8 inference: ``True`` (quantize) or ``False`` (measure) with the JSON configuration that
-                ``QUANT_CONFIG`` names, or else the packaged maxabs ones; or the path of an Intel Neural Compressor JSON
-                configuration, or such a configuration as a dict (its ``mode`` decides). Files are never modified.
-            fp8_data_path: the folder of the measurements, written when measuring and read when quantizing; the
-                configuration's ``dump_stats_path``, or else ``./hqt_output``, when not given.
-        """
-        if self.precision != "fp8":
-            raise MisconfigurationException(
-                f"`convert_modules` prepares a model for fp8, but this plugin has `precision={self.precision!r}`."
-                f" Create it with `{type(self).__name__}(precision='fp8')`."
-            )
-        if inference:
-            config = hpu_fp8_inference.resolve_config(quant, fp8_data_path)
-            converted, self._measurement = hpu_fp8_inference.convert_for_inference(module, config)
-            self.fp8_inference = config
-            return converted
-        self.recipe = recipe
-        if not replace_layers:
-            return module
-        if uses_transformer_engine(module):
-            rank_zero_info("The model already has Transformer Engine modules: its layers are left as they are.")
-            return module
-        replaced, left = replace_linear_layers(module)
-        rank_zero_info(f"fp8: {len(replaced)} linear layers now compute in fp8 with Transformer Engine.")
-        if left:
-            rank_zero_info(f"fp8: left in bf16 autocast, as their owners use the weights directly: {', '.join(left)}")
-        return module
-
-    def write_fp8_measurements(self) -> None:
-        """Write what an fp8 measurement has gathered so far; the Trainer calls it when a stage has succeeded, so that a
-        failed run leaves ``fp8_data_path`` as it was."""
-        if self._measurement is not None:
-            self._measurement.write()
-
-    def say_if_nothing_computes_in_fp8(self, module: nn.Module) -> None:
-        if self.fp8_inference is None and not uses_transformer_engine(module):
-            rank_zero_info(
-                "`precision='fp8'`: the model has no Transformer Engine modules, so it trains in bf16. Call"
-                " `plugin.convert_modules(model, replace_layers=True)` before `fit`, or build it with them."
-            )

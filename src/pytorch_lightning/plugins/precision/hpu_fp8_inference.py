@@ -16,6 +16,9 @@ from typing import Optional, Union
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.utilities.rank_zero import rank_zero_info
 from torch import nn
+from typing_extensions import override
+
+from pytorch_lightning.plugins.precision.hpu_mixed import HPUMixedPrecision
 
 MEASURE, QUANTIZE = "MEASURE", "QUANTIZE"
 # read, never written: the effective configuration is built in memory
@@ -90,9 +93,10 @@ def resolve_config(quant: Union[bool, str, os.PathLike, dict], fp8_data_path: Op
     return FP8InferenceConfig(mode=mode, settings=settings, source=source)
 
 
-def convert_for_inference(module: nn.Module, config: FP8InferenceConfig) -> tuple[nn.Module, Optional["Measurement"]]:
-    """Put Intel Neural Compressor's measuring (``MEASURE``) or quantized (``QUANTIZE``) modules into ``module``; when
-    measuring, also return the :class:`Measurement` that writes the statistics."""
+def convert_for_inference(module: nn.Module, config: FP8InferenceConfig) -> nn.Module:
+    """Put Intel Neural Compressor's measuring (``MEASURE``) or quantized (``QUANTIZE``) modules into ``module`` and
+    return it; a measured model's statistics are written by the HPU precision plugin of the run that succeeds with it
+    (:func:`measurements_in`)."""
     global _mode_of_this_process
     if config.measuring:
         _check_writable(config.data_path)
@@ -106,7 +110,6 @@ def convert_for_inference(module: nn.Module, config: FP8InferenceConfig) -> tupl
             " `convert_modules(model, inference=True, quant=False)` and `trainer.predict` (or `test`) in one run, then"
             " quantize with `quant=True` in the next."
         )
-    measurement = None
     if config.measuring:
         rank_zero_info(
             f"fp8 inference: measuring with {config.source}; the statistics go to {config.data_path} (set it with"
@@ -114,13 +117,25 @@ def convert_for_inference(module: nn.Module, config: FP8InferenceConfig) -> tupl
         )
         measurement = Measurement(module, config)
         converted = measurement.module
+        _measurements[converted] = measurement
     else:
         from neural_compressor.torch.quantization import FP8Config, convert
 
         rank_zero_info(f"fp8 inference: quantizing with {config.source} from the statistics in {config.data_path}.")
         converted = convert(module, FP8Config.from_dict(copy.deepcopy(config.settings)))
+    _prepared[converted] = config
     _mode_of_this_process = config.mode
-    return converted, measurement
+    return converted
+
+
+def prepared_config(module: nn.Module) -> Optional[FP8InferenceConfig]:
+    """How ``module`` or one of its submodules was prepared for fp8 inference, or ``None``."""
+    return next((_prepared[child] for child in module.modules() if child in _prepared), None)
+
+
+def measurements_in(module: nn.Module) -> list["Measurement"]:
+    """The fp8 measurements that ``module`` and its submodules gather."""
+    return [_measurements[child] for child in module.modules() if child in _measurements]
 
 
 class Measurement:
@@ -138,7 +153,15 @@ class Measurement:
         self._staging = Path(tempfile.mkdtemp(prefix="fp8-measurement-"))
         weakref.finalize(self, shutil.rmtree, self._staging, ignore_errors=True)
         staged = {**copy.deepcopy(config.settings), "dump_stats_path": str(self._staging / config.statistics.name)}
-        self.module = prepare(module, FP8Config.from_dict(staged))
+        prepared = prepare(module, FP8Config.from_dict(staged))
+        # weakly: the registry of measurements must not keep the model alive
+        self._module = weakref.ref(prepared)
+
+    @property
+    def module(self) -> nn.Module:
+        module = self._module()
+        assert module is not None
+        return module
 
     def write(self) -> None:
         """Write what the model has gathered (``finalize_calibration``) and move it under ``fp8_data_path``; statistics
@@ -157,6 +180,11 @@ class Measurement:
                 path.replace(backup / path.name)
         for path in written:
             shutil.move(str(path), str(target / path.name))
+
+
+# the models prepared in this process, weakly: how each was prepared, and the measurement of those that measure
+_prepared: "weakref.WeakKeyDictionary[nn.Module, FP8InferenceConfig]" = weakref.WeakKeyDictionary()
+_measurements: "weakref.WeakKeyDictionary[nn.Module, Measurement]" = weakref.WeakKeyDictionary()
 
 
 def _read_json(path: Path, source: str) -> dict:
@@ -237,3 +265,38 @@ def _process_suffix() -> str:
 
     rank = get_local_rank()
     return f"_{rank}_{get_world_size()}" if rank >= 0 else ""
+
+
+class HPUFP8InferencePrecision(HPUMixedPrecision):
+    """fp8 inference on HPUs (Gaudi2 and newer) with Intel Neural Compressor, in two processes.
+
+    In the first, ``quant=False`` puts measuring modules into the model when the Trainer sets it up; ``predict`` or
+    ``test`` then gathers the statistics of its tensors, written under ``fp8_data_path`` when the stage succeeds. In a
+    later process, ``quant=True`` quantizes the model from those statistics at set-up. Other ops run in bf16 autocast.
+    ``HPUFP8Precision().convert_modules(model, inference=True, ...)`` (lightning-habana's way) does the same at once.
+
+    Args:
+        quant: ``True`` (quantize) or ``False`` (measure) with the JSON configuration that ``QUANT_CONFIG`` names, or
+            else the packaged maxabs ones; or the path of an Intel Neural Compressor JSON configuration, or such a
+            configuration as a dict (its ``mode`` decides). Files are never modified.
+        fp8_data_path: the folder of the measurements; the configuration's ``dump_stats_path``, or else
+            ``./hqt_output``, when not given.
+    """
+
+    _precisions = ("fp8",)
+
+    def __init__(
+        self, quant: Union[bool, str, dict] = True, fp8_data_path: Optional[str] = None, precision: str = "fp8"
+    ) -> None:
+        super().__init__(precision)
+        self.config = resolve_config(quant, fp8_data_path)
+
+    @override
+    def fp8_inference(self, module: nn.Module) -> FP8InferenceConfig:
+        return self.config
+
+    @override
+    def convert_module(self, module: nn.Module) -> nn.Module:
+        if prepared_config(module) is None:
+            module = convert_for_inference(module, self.config)
+        return super().convert_module(module)
