@@ -71,18 +71,9 @@ class TransformerEngineModel(BoringModel):
         self.layer = te.Linear(32, 2)
 
 
-@pytest.mark.parametrize(
-    "args",
-    [
-        ["--trainer.precision=fp8"],
-        ['--trainer.plugins={"class_path": "pytorch_lightning.plugins.HPUPrecisionPlugin",' + FP8_ARGS],
-    ],
-    ids=["flag", "plugin"],
-)
-@pytest.mark.usefixtures("amx_host")
-def test_fp8_training(args):
-    cli = LightningCLI(
-        TransformerEngineModel,
+def _fit_three_steps(model_class: type, *args: str) -> LightningCLI:
+    return LightningCLI(
+        model_class,
         save_config_callback=None,
         args=[
             "fit",
@@ -94,6 +85,19 @@ def test_fp8_training(args):
             *args,
         ],
     )
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--trainer.precision=fp8"],
+        ['--trainer.plugins={"class_path": "pytorch_lightning.plugins.HPUPrecisionPlugin",' + FP8_ARGS],
+    ],
+    ids=["flag", "plugin"],
+)
+@pytest.mark.usefixtures("amx_host")
+def test_fp8_training(args):
+    cli = _fit_three_steps(TransformerEngineModel, *args)
     assert cli.trainer.precision_plugin.precision == "fp8"
     # the Transformer Engine layer trained in fp8: its scaling state followed the steps
     assert cli.model.layer.fp8_state.state_dict()["steps"] >= 2
@@ -116,19 +120,7 @@ _RECIPE = '"recipe": {"fp8_format": "HYBRID", "amax_history_len": 4}'
 def test_fp8_recipe_and_layer_replacement_from_the_command_line(plugin):
     from habana_frameworks.torch.hpex.experimental import transformer_engine as te
 
-    cli = LightningCLI(
-        BoringModel,
-        save_config_callback=None,
-        args=[
-            "fit",
-            "--trainer.logger=false",
-            "--trainer.enable_checkpointing=false",
-            "--trainer.accelerator=hpu",
-            "--trainer.devices=1",
-            "--trainer.max_steps=3",
-            f"--trainer.plugins={plugin}",
-        ],
-    )
+    cli = _fit_three_steps(BoringModel, f"--trainer.plugins={plugin}")
     assert cli.trainer.precision_plugin.recipe.fp8_format == te.recipe.Format.HYBRID
     # the plain linear layer was replaced at set-up and trained in fp8 with the recipe's history
     assert isinstance(cli.model.layer, te.Linear)
