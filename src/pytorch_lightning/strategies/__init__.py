@@ -5,12 +5,13 @@ from lightning.pytorch.strategies import StrategyRegistry
 
 from pytorch_lightning import _aliasing
 from pytorch_lightning.strategies.hpu_deepspeed import HPUDeepSpeedStrategy
+from pytorch_lightning.strategies.hpu_fsdp import HPUFSDPStrategy
 from pytorch_lightning.strategies.hpu_parallel import HPUDDPStrategy, HPUParallelStrategy
 from pytorch_lightning.strategies.single_hpu import SingleHPUStrategy
 
-__all__ = ["HPUDDPStrategy", "HPUDeepSpeedStrategy", "HPUParallelStrategy", "SingleHPUStrategy"]
+__all__ = ["HPUDDPStrategy", "HPUDeepSpeedStrategy", "HPUFSDPStrategy", "HPUParallelStrategy", "SingleHPUStrategy"]
 
-for _strategy in (SingleHPUStrategy, HPUParallelStrategy, HPUDeepSpeedStrategy):
+for _strategy in (SingleHPUStrategy, HPUParallelStrategy, HPUDeepSpeedStrategy, HPUFSDPStrategy):
     if _strategy.strategy_name not in StrategyRegistry:
         _strategy.register_strategies(StrategyRegistry)
 

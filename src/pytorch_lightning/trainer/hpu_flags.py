@@ -19,7 +19,7 @@ from lightning.fabric.plugins.environments import (
 from lightning.pytorch.accelerators import Accelerator
 from lightning.pytorch.callbacks import ProgressBar
 from lightning.pytorch.callbacks.progress.rich_progress import _RICH_AVAILABLE
-from lightning.pytorch.plugins.precision import DeepSpeedPrecision, MixedPrecision, Precision
+from lightning.pytorch.plugins.precision import DeepSpeedPrecision, FSDPPrecision, MixedPrecision, Precision
 from lightning.pytorch.strategies import Strategy, StrategyRegistry
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
@@ -27,9 +27,11 @@ from pytorch_lightning.accelerators.hpu import HPUAccelerator
 from pytorch_lightning.callbacks.hpu_progress import HPURichProgressBar, HPUTQDMProgressBar
 from pytorch_lightning.plugins.precision.hpu import HPUPrecisionPlugin
 from pytorch_lightning.plugins.precision.hpu_deepspeed import HPUDeepSpeedPrecisionPlugin
+from pytorch_lightning.plugins.precision.hpu_fsdp import HPUFSDPPrecision
 from pytorch_lightning.profilers.hpu import HPUProfiler
 from pytorch_lightning.strategies._hpu import _HPUStrategyMixin
 from pytorch_lightning.strategies.hpu_deepspeed import HPUDeepSpeedStrategy, hpu_name_of
+from pytorch_lightning.strategies.hpu_fsdp import HPUFSDPStrategy
 from pytorch_lightning.strategies.hpu_parallel import HPUParallelStrategy
 from pytorch_lightning.strategies.single_hpu import SingleHPUStrategy
 
@@ -59,6 +61,7 @@ def resolve_hpu_flags(flags: dict[str, Any]) -> dict[str, Any]:
     # a single-device strategy asked for by name takes one device when the count is left to us
     devices = 1 if _is_single(strategy) and devices_flag == "auto" else HPUAccelerator.parse_devices(devices_flag)
     plugins = _as_list(flags.get("plugins"))
+    hpu_strategy = _hpu_strategy(strategy, devices, num_nodes, chosen_by_auto=accelerator == "auto")
     # upstream reports a `num_nodes` that is not a positive int
     if isinstance(num_nodes, int) and num_nodes > 0 and not _cluster_is_managed(strategy, plugins):
         _validate_world_size(num_nodes, devices)
@@ -67,8 +70,8 @@ def resolve_hpu_flags(flags: dict[str, Any]) -> dict[str, Any]:
         **flags,
         "accelerator": accelerator if isinstance(accelerator, HPUAccelerator) else HPUAccelerator(),
         "devices": devices,
-        "strategy": _hpu_strategy(strategy, devices, num_nodes, chosen_by_auto=accelerator == "auto"),
-        **_hpu_precision(flags.get("precision"), plugins, deepspeed=_is_deepspeed(strategy)),
+        "strategy": hpu_strategy,
+        **_hpu_precision(flags.get("precision"), plugins, _precision_family(hpu_strategy)),
         **_default_progress_bar(flags),
     }
 
@@ -189,53 +192,65 @@ def _validate_rendezvous(num_nodes: int) -> None:
 
 
 # upstream's data-parallel names -> the HPU strategy that does the same over HCCL
-_CUDA_DATA_PARALLEL = {"ddp": "hpu_parallel", "ddp_spawn": "hpu_parallel_spawn"}
+_CUDA_DATA_PARALLEL = {
+    "ddp": "hpu_parallel",
+    "ddp_spawn": "hpu_parallel_spawn",
+    "fsdp": "hpu_fsdp",
+    "fsdp_cpu_offload": "hpu_fsdp_cpu_offload",
+}
 
 
 def _is_single(strategy: Union[str, Strategy]) -> bool:
     return isinstance(strategy, SingleHPUStrategy) or strategy == SingleHPUStrategy.strategy_name
 
 
-def _is_deepspeed(strategy: Union[str, Strategy]) -> bool:
-    if isinstance(strategy, str):
-        return strategy in StrategyRegistry and issubclass(StrategyRegistry[strategy]["strategy"], HPUDeepSpeedStrategy)
-    return isinstance(strategy, HPUDeepSpeedStrategy)
-
-
-def _hpu_precision(precision: Optional[Union[str, int]], plugins: list[Any], deepspeed: bool) -> dict[str, Any]:
-    """The HPU precision plugin; under DeepSpeed, the one that leaves backward and the step to DeepSpeed's engine."""
+def _hpu_precision(precision: Optional[Union[str, int]], plugins: list[Any], family: type[Precision]) -> dict[str, Any]:
+    """The HPU precision plugin of the strategy's family (DeepSpeed's leaves backward and the step to its engine,
+    FSDP's sets the dtypes of the shards)."""
     precision_plugins = [plugin for plugin in plugins if isinstance(plugin, Precision)]
     if not precision_plugins:
-        plugin = (HPUDeepSpeedPrecisionPlugin if deepspeed else HPUPrecisionPlugin)(
-            "32-true" if precision is None else precision
-        )
+        plugin = family("32-true" if precision is None else precision)  # type: ignore[call-arg]
         return {"precision": None, "plugins": [*plugins, plugin]}
     # upstream reports a precision flag given together with a precision plugin
     given = precision_plugins[0]
-    ours = _as_hpu_plugin(given, deepspeed)
+    ours = _as_hpu_plugin(given, family)
     return {"precision": precision, "plugins": [ours if plugin is given else plugin for plugin in plugins]}
 
 
-def _as_hpu_plugin(plugin: Precision, deepspeed: bool) -> Precision:
+# the precision plugins of the strategies whose own plugins are not the general HPU ones
+_SPECIAL_FAMILIES = (HPUDeepSpeedPrecisionPlugin, HPUFSDPPrecision)
+# upstream's plugins that ours replace, as the examples of earlier releases and CUDA scripts pass them
+_UPSTREAM_EQUIVALENTS = {HPUDeepSpeedPrecisionPlugin: DeepSpeedPrecision, HPUFSDPPrecision: FSDPPrecision}
+
+
+def _precision_family(strategy: Union[str, Strategy]) -> type[Precision]:
+    strategy_class = StrategyRegistry[strategy]["strategy"] if isinstance(strategy, str) else type(strategy)
+    if issubclass(strategy_class, HPUDeepSpeedStrategy):
+        return HPUDeepSpeedPrecisionPlugin
+    if issubclass(strategy_class, HPUFSDPStrategy):
+        return HPUFSDPPrecision
+    return HPUPrecisionPlugin
+
+
+def _as_hpu_plugin(plugin: Precision, family: type[Precision]) -> Precision:
     """The HPU plugin for a precision plugin passed in ``plugins``; upstream's own ones where they mean the same."""
-    if deepspeed and type(plugin) is DeepSpeedPrecision:
-        # as on CUDA, the examples of earlier releases pass upstream's plugin
-        return HPUDeepSpeedPrecisionPlugin(plugin.precision)
-    if not deepspeed and type(plugin) is MixedPrecision and plugin.device == "hpu":
+    if type(plugin) is _UPSTREAM_EQUIVALENTS.get(family):
+        return family(plugin.precision)  # type: ignore[call-arg]
+    if family is HPUPrecisionPlugin and type(plugin) is MixedPrecision and plugin.device == "hpu":
         # lightning-habana accepted upstream's autocast plugin for the HPU; ours autocasts the same way and adds
         # Gaudi's rules (op lists, fp16 only from Gaudi2 on)
         return HPUPrecisionPlugin(plugin.precision)
     if type(plugin) is Precision:
         # the same fp32, with what every HPU plugin does at the end of a run
-        return HPUDeepSpeedPrecisionPlugin() if deepspeed else HPUPrecisionPlugin()
-    is_deepspeed_plugin = isinstance(plugin, HPUDeepSpeedPrecisionPlugin)
-    if isinstance(plugin, HPUPrecisionPlugin) and is_deepspeed_plugin == deepspeed:
+        return family()
+    special = isinstance(plugin, _SPECIAL_FAMILIES)
+    if isinstance(plugin, family) and (family in _SPECIAL_FAMILIES or not special):
         return plugin
-    expected = "HPUDeepSpeedPrecisionPlugin" if deepspeed else "HPUPrecisionPlugin"
+    strategies = {HPUDeepSpeedPrecisionPlugin: " with DeepSpeed", HPUFSDPPrecision: " with FSDP"}
     raise MisconfigurationException(
-        f"`plugins=[{type(plugin).__name__}(...)]` does not run on HPU"
-        + (" with DeepSpeed" if deepspeed else " without DeepSpeed" if is_deepspeed_plugin else "")
-        + f". Pass `{expected}(precision=...)` instead, or use the `precision` flag."
+        f"`plugins=[{type(plugin).__name__}(...)]` does not run on HPU{strategies.get(family, '')}"
+        + (" without its strategy" if special and family is HPUPrecisionPlugin else "")
+        + f". Pass `{family.__name__}(precision=...)` instead, or use the `precision` flag."
     )
 
 

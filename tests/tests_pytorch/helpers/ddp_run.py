@@ -20,10 +20,13 @@ import pytorch_lightning as pl
 GLOBAL_BATCH, STEPS, FEATURES = 8, 4, 16
 
 
-def global_batches() -> list:
+def global_batches(outputs: int = 1) -> list:
     generator = torch.Generator().manual_seed(7)
     return [
-        (torch.randn(GLOBAL_BATCH, FEATURES, generator=generator), torch.randn(GLOBAL_BATCH, 1, generator=generator))
+        (
+            torch.randn(GLOBAL_BATCH, FEATURES, generator=generator),
+            torch.randn(GLOBAL_BATCH, outputs, generator=generator),
+        )
         for _ in range(STEPS)
     ]
 
@@ -33,8 +36,9 @@ class RankSlices(Dataset):
 
     A DataLoader with a batch size, not ``batch_size=None``: upstream's DeepSpeed strategy reads it for its config."""
 
-    def __init__(self, rank: int, world_size: int) -> None:
-        self.rows = [(x, y) for xs, ys in global_batches() for x, y in zip(xs[rank::world_size], ys[rank::world_size])]
+    def __init__(self, rank: int, world_size: int, outputs: int = 1) -> None:
+        batches = global_batches(outputs)
+        self.rows = [(x, y) for xs, ys in batches for x, y in zip(xs[rank::world_size], ys[rank::world_size])]
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -44,10 +48,11 @@ class RankSlices(Dataset):
 
 
 class Regression(pl.LightningModule):
-    def __init__(self) -> None:
+    def __init__(self, outputs: int = 1) -> None:
         super().__init__()
         torch.manual_seed(0)
-        self.net = nn.Sequential(nn.Linear(FEATURES, 8), nn.Tanh(), nn.Linear(8, 1))
+        self.outputs = outputs
+        self.net = nn.Sequential(nn.Linear(FEATURES, 8), nn.Tanh(), nn.Linear(8, outputs))
         self.rank_gain = False
 
     def training_step(self, batch, batch_idx):
@@ -60,7 +65,7 @@ class Regression(pl.LightningModule):
 
     def train_dataloader(self) -> DataLoader:
         world_size, rank = self.trainer.world_size, self.trainer.global_rank
-        return DataLoader(RankSlices(rank, world_size), batch_size=GLOBAL_BATCH // world_size)
+        return DataLoader(RankSlices(rank, world_size, self.outputs), batch_size=GLOBAL_BATCH // world_size)
 
     def configure_optimizers(self):
         # momentum and a schedule make a resumed run differ unless optimizer and scheduler states are restored
@@ -69,9 +74,18 @@ class Regression(pl.LightningModule):
         return [optimizer], [{"scheduler": scheduler, "interval": "step"}]
 
 
-def host_state(model: pl.LightningModule, engine: Optional[Any]) -> dict:
-    """The model's tensors on the host, gathered from every rank's partition first under ZeRO stage 3. An fp8
-    layer's scaling state (``_extra_state``) is not a tensor: it is saved on its own."""
+def host_state(trainer: pl.Trainer, model: pl.LightningModule, engine: Optional[Any]) -> dict:
+    """The model's tensors on the host, gathered from every rank's partition first under ZeRO stage 3 and FSDP (on
+    rank 0 only). An fp8 layer's scaling state (``_extra_state``) is not a tensor: it is saved on its own."""
+    from lightning.pytorch.strategies import FSDPStrategy
+    from torch.distributed.fsdp import FullStateDictConfig, StateDictType
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+    if isinstance(trainer.strategy, FSDPStrategy):
+        full = FullStateDictConfig(offload_to_cpu=True, rank0_only=True)
+        with FSDP.state_dict_type(trainer.strategy.model, StateDictType.FULL_STATE_DICT, full):
+            state = trainer.strategy.model.state_dict()
+        return {name: tensor.detach().float().cpu().clone() for name, tensor in state.items()}
     gathered = nullcontext()
     if engine is not None and engine.zero_optimization_partition_weights():
         import deepspeed
@@ -88,6 +102,10 @@ def main() -> None:
     parser.add_argument("--devices", type=int, default=1)
     parser.add_argument("--num-nodes", type=int, default=1)
     parser.add_argument("--strategy", default="auto")
+    parser.add_argument("--sharding", help="HPUFSDPStrategy(sharding_strategy=...) instead of --strategy")
+    parser.add_argument("--state-dict", default="full", help="with --sharding: the checkpoint kind, full or sharded")
+    parser.add_argument("--precision", default=None)
+    parser.add_argument("--outputs", type=int, default=1, help="the number of regression targets")
     parser.add_argument("--compile", action="store_true", help="fit torch.compile(model, backend='hpu_backend')")
     parser.add_argument("--max-epochs", type=int, default=1)
     parser.add_argument("--checkpoint", help="save a checkpoint here at the end of fit")
@@ -99,7 +117,7 @@ def main() -> None:
         " reduced over the ranks or kept local",
     )
     args = parser.parse_args()
-    model = Regression()
+    model = Regression(args.outputs)
     plugins = []
     if args.fp8:
         from habana_frameworks.torch.hpex.experimental.transformer_engine import recipe
@@ -110,11 +128,17 @@ def main() -> None:
         scaling = recipe.DelayedScaling(reduce_amax=args.fp8 == "reduce")
         plugins[0].convert_modules(model, replace_layers=True, recipe=scaling)
         model.rank_gain = True
+    strategy = args.strategy
+    if args.sharding:
+        from pytorch_lightning.strategies import HPUFSDPStrategy
+
+        strategy = HPUFSDPStrategy(sharding_strategy=args.sharding, state_dict_type=args.state_dict)
     trainer = pl.Trainer(
         accelerator="hpu",
         devices=args.devices,
         num_nodes=args.num_nodes,
-        strategy=args.strategy,
+        strategy=strategy,
+        precision=args.precision,
         max_epochs=args.max_epochs,
         use_distributed_sampler=False,
         logger=False,
@@ -132,7 +156,9 @@ def main() -> None:
     engine = getattr(trainer.strategy, "deepspeed_engine", None)
     torch.save(
         {
-            "state": host_state(model, engine),
+            "state": host_state(trainer, model, engine),
+            # the parameters this rank holds: its shard under ZeRO stage 3 and FSDP
+            "local_numel": sum(parameter.numel() for parameter in trainer.strategy.model.parameters()),
             "zero_stage": engine.zero_optimization_stage() if engine is not None else None,
             "world_size": trainer.world_size,
             "strategy": type(trainer.strategy).__name__,

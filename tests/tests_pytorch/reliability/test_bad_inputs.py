@@ -129,10 +129,10 @@ ROWS = [
         _hpu(strategy="ddp_notebook", devices=2),
     ),
     BadInput(
-        "accelerator='hpu', strategy='fsdp'",
+        "accelerator='hpu', strategy='model_parallel'",
         _MISCONF,
-        ("strategy='fsdp'", "Choose one of hpu_ddp,"),
-        _hpu(strategy="fsdp"),
+        ("strategy='model_parallel'", "Choose one of hpu_ddp,"),
+        _hpu(strategy="model_parallel"),
     ),
     BadInput(
         "accelerator='hpu', strategy='xla'",

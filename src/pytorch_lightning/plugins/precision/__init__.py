@@ -7,6 +7,7 @@ from pytorch_lightning.plugins.precision.hpu import HPUPrecisionPlugin
 from pytorch_lightning.plugins.precision.hpu_deepspeed import HPUDeepSpeedPrecisionPlugin
 from pytorch_lightning.plugins.precision.hpu_fp8 import HPUFP8Precision
 from pytorch_lightning.plugins.precision.hpu_fp8_inference import HPUFP8InferencePrecision
+from pytorch_lightning.plugins.precision.hpu_fsdp import HPUFSDPPrecision
 from pytorch_lightning.plugins.precision.hpu_half import HPUHalfPrecision
 from pytorch_lightning.plugins.precision.hpu_mixed import HPUMixedPrecision
 
@@ -14,6 +15,7 @@ __all__ = [
     "HPUDeepSpeedPrecisionPlugin",
     "HPUFP8InferencePrecision",
     "HPUFP8Precision",
+    "HPUFSDPPrecision",
     "HPUHalfPrecision",
     "HPUMixedPrecision",
     "HPUPrecisionPlugin",

@@ -1,0 +1,80 @@
+"""Fully Sharded Data Parallel (FSDP) on Intel Gaudi: torch's ``FullyShardedDataParallel`` over HCCL."""
+
+from typing import Any, Optional, Union
+
+from lightning.fabric.strategies import _StrategyRegistry
+from lightning.pytorch.strategies.fsdp import FSDPStrategy
+from lightning.pytorch.utilities.exceptions import MisconfigurationException
+from torch import Tensor
+from torch.distributed import ReduceOp
+from typing_extensions import override
+
+from pytorch_lightning.accelerators.hpu import HPUAccelerator
+from pytorch_lightning.strategies._hpu import (
+    _destroy_process_group_at_exit,
+    _HPUParallelDevicesMixin,
+    _HPUStrategyMixin,
+)
+from pytorch_lightning.strategies.hpu_parallel import hccl_reduce
+
+
+class HPUFSDPStrategy(_HPUStrategyMixin, _HPUParallelDevicesMixin, FSDPStrategy):
+    """Upstream's ``FSDPStrategy`` on HPUs: one process per HPU over HCCL, parameters, gradients and optimizer state
+    sharded across them.
+
+    It takes every argument of :class:`~lightning.pytorch.strategies.FSDPStrategy` (``sharding_strategy``,
+    ``auto_wrap_policy``, ``activation_checkpointing_policy``, ``cpu_offload``, ``mixed_precision``,
+    ``state_dict_type``, ``device_mesh``, ``limit_all_gathers``, ``use_orig_params``, ...). By name it is
+    ``strategy="hpu_fsdp"`` (and ``"hpu_fsdp_cpu_offload"``); with ``accelerator="hpu"`` upstream's ``"fsdp"`` and
+    ``"fsdp_cpu_offload"`` mean the same. Its precision plugin is
+    :class:`~pytorch_lightning.plugins.HPUFSDPPrecision`.
+    """
+
+    strategy_name = "hpu_fsdp"
+
+    def __init__(self, *args: Any, process_group_backend: Optional[str] = "hccl", **kwargs: Any) -> None:
+        super().__init__(*args, process_group_backend=process_group_backend, **kwargs)
+
+    @override
+    def setup_environment(self) -> None:
+        if not isinstance(self.accelerator, HPUAccelerator):
+            raise MisconfigurationException(
+                f"`{type(self).__name__}` trains on HPUs but `{type(self.accelerator).__name__}` is used. Pass"
+                " `Trainer(accelerator='hpu')`, or use `FSDPStrategy` for CUDA GPUs."
+            )
+        # importing it registers the "hccl" backend with torch.distributed
+        import habana_frameworks.torch.distributed.hccl  # noqa: F401
+
+        # upstream builds a mesh given as a shape on CUDA; it is built here, on HPUs, once the processes have met
+        mesh_shape = self.kwargs.pop("device_mesh", None) if isinstance(self.kwargs.get("device_mesh"), tuple) else None
+        super().setup_environment()
+        _destroy_process_group_at_exit()
+        own_groups = "HYBRID" in self.sharding_strategy.name or self.kwargs.get("process_group") is not None
+        if mesh_shape is None and "device_mesh" not in self.kwargs and not own_groups:
+            # with a mesh FSDP's sharded state dicts hold DTensors; without one, torch's ShardedTensor, which asks
+            # CUDA for its device on a rank that holds none of a tensor (any backend but gloo)
+            mesh_shape = (self.world_size,)
+        if mesh_shape is not None:
+            from torch.distributed.device_mesh import init_device_mesh
+
+            self.kwargs["device_mesh"] = init_device_mesh("hpu", mesh_shape)
+
+    @override
+    def reduce(
+        self,
+        tensor: Union[Tensor, Any],
+        group: Optional[Any] = None,
+        reduce_op: Optional[Union[ReduceOp, str]] = "mean",
+    ) -> Union[Tensor, Any]:
+        return hccl_reduce(tensor, group, reduce_op)
+
+    @classmethod
+    @override
+    def register_strategies(cls, strategy_registry: _StrategyRegistry) -> None:
+        strategy_registry.register(cls.strategy_name, cls, description="FSDP on HPUs over HCCL")
+        strategy_registry.register(
+            f"{cls.strategy_name}_cpu_offload",
+            cls,
+            description="FSDP on HPUs over HCCL, parameters offloaded to host memory",
+            cpu_offload=True,
+        )
