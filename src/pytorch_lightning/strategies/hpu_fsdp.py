@@ -1,5 +1,6 @@
 """Fully Sharded Data Parallel (FSDP) on Intel Gaudi: torch's ``FullyShardedDataParallel`` over HCCL."""
 
+import copy
 from typing import Any, Optional, Union
 
 from lightning.fabric.strategies import _StrategyRegistry
@@ -34,6 +35,20 @@ class HPUFSDPStrategy(_HPUStrategyMixin, _HPUParallelDevicesMixin, FSDPStrategy)
 
     def __init__(self, *args: Any, process_group_backend: Optional[str] = "hccl", **kwargs: Any) -> None:
         super().__init__(*args, process_group_backend=process_group_backend, **kwargs)
+
+    @classmethod
+    def from_fsdp_strategy(cls, strategy: FSDPStrategy) -> "HPUFSDPStrategy":
+        """This strategy with every setting of an instance of upstream's ``FSDPStrategy``, as a script moved from CUDA
+        passes one; the instance itself is left as it is."""
+        hpu = cls.__new__(cls)
+        # everything the user configured lives in the instance; our class adds no state of its own to it
+        vars(hpu).update(copy.copy(vars(strategy)))
+        return hpu
+
+    @override
+    def _get_process_group_backend(self) -> str:
+        # upstream's default for a device other than CUDA is gloo
+        return self.process_group_backend or "hccl"
 
     @override
     def setup_environment(self) -> None:

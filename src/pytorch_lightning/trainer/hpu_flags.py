@@ -20,7 +20,7 @@ from lightning.pytorch.accelerators import Accelerator
 from lightning.pytorch.callbacks import ProgressBar
 from lightning.pytorch.callbacks.progress.rich_progress import _RICH_AVAILABLE
 from lightning.pytorch.plugins.precision import DeepSpeedPrecision, FSDPPrecision, MixedPrecision, Precision
-from lightning.pytorch.strategies import Strategy, StrategyRegistry
+from lightning.pytorch.strategies import FSDPStrategy, Strategy, StrategyRegistry
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
 from pytorch_lightning.accelerators.hpu import HPUAccelerator
@@ -49,6 +49,8 @@ def resolve_hpu_flags(flags: dict[str, Any]) -> dict[str, Any]:
     # a script moved from CUDA keeps its data-parallel and DeepSpeed strategy names
     if isinstance(strategy, str):
         strategy = hpu_name_of(strategy) or _CUDA_DATA_PARALLEL.get(strategy, strategy)
+    elif type(strategy) is FSDPStrategy:
+        strategy = HPUFSDPStrategy.from_fsdp_strategy(strategy)
 
     if not HPUAccelerator.is_available():
         raise MisconfigurationException(

@@ -30,18 +30,26 @@ def reference(references) -> dict:
     return references[1]["state"]
 
 
-@pytest.mark.parametrize("sharding", ["FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD"])
-def test_two_processes_end_where_one_process_on_the_whole_batches_does(tmp_path, reference, sharding):
-    wait(run_ddp(tmp_path, "--devices", "2", "--sharding", sharding, *TWO_OUTPUTS))
+@pytest.mark.parametrize(
+    ("arguments", "sharded"),
+    [
+        (("--sharding", "FULL_SHARD"), True),
+        (("--sharding", "SHARD_GRAD_OP"), True),
+        (("--sharding", "NO_SHARD"), False),
+        (("--strategy", "hpu_fsdp_cpu_offload"), True),
+        (("--sharding", "FULL_SHARD", "--activation-checkpointing"), True),
+    ],
+    ids=["full_shard", "shard_grad_op", "no_shard", "cpu_offload", "activation_checkpointing"],
+)
+def test_two_processes_end_where_one_process_on_the_whole_batches_does(tmp_path, reference, arguments, sharded):
+    wait(run_ddp(tmp_path, "--devices", "2", *arguments, *TWO_OUTPUTS))
     ranks = rank_results(tmp_path)
     assert [r["strategy"] for r in ranks] == ["HPUFSDPStrategy"] * 2 and [r["world_size"] for r in ranks] == [2, 2]
     # rank 0 gathers the full weights: those of one process on the concatenated batches
     assert_same_parameters(ranks[0]["state"], reference, tolerance=1e-6)
-    # each rank holds its shard only, unless nothing is sharded (FSDP pads the flat parameter to an even split)
-    if sharding == "NO_SHARD":
-        assert [r["local_numel"] for r in ranks] == [PARAMETERS, PARAMETERS]
-    else:
-        assert all(r["local_numel"] <= PARAMETERS // 2 + 1 for r in ranks), [r["local_numel"] for r in ranks]
+    # each rank holds its shard only, unless nothing is sharded
+    expected = [PARAMETERS // 2] * 2 if sharded else [PARAMETERS] * 2
+    assert [r["local_numel"] for r in ranks] == expected
 
 
 def test_cuda_names_and_bf16_mixed_precision(tmp_path, reference):
@@ -113,3 +121,24 @@ def _check_converters(checkpoint, tmp_path, expected: dict) -> None:
     dcp_to_torch_save(checkpoint, tmp_path / "torch.pt")
     model = torch.load(tmp_path / "torch.pt", weights_only=False)["model"]
     assert_same_parameters({k: v.float() for k, v in model.items()}, expected, tolerance=1e-6)
+
+
+def test_an_upstream_fsdp_strategy_instance_becomes_the_hpu_strategy_with_its_settings():
+    from torch.distributed.fsdp import ShardingStrategy
+
+    upstream = FSDPStrategy(sharding_strategy="SHARD_GRAD_OP", cpu_offload=True, state_dict_type="sharded")
+    trainer = pl.Trainer(accelerator="hpu", devices=2, strategy=upstream, precision="bf16-mixed", logger=False)
+    strategy = trainer.strategy
+    assert type(strategy) is HPUFSDPStrategy and strategy is not upstream and type(upstream) is FSDPStrategy
+    assert strategy.sharding_strategy == ShardingStrategy.SHARD_GRAD_OP and strategy.cpu_offload.offload_params
+    assert strategy._get_process_group_backend() == "hccl"
+    assert type(trainer.precision_plugin) is HPUFSDPPrecision
+
+
+def test_upstream_names_the_strategy_relies_on_are_there():
+    """HPUFSDPStrategy overrides upstream's private ``_get_process_group_backend``, which ``setup_environment`` calls
+    to choose the backend: if upstream renames it, FSDP on HPUs would run over gloo."""
+    import inspect
+
+    assert callable(FSDPStrategy._get_process_group_backend)
+    assert "self._get_process_group_backend()" in inspect.getsource(FSDPStrategy.setup_environment)
