@@ -7,7 +7,11 @@ Collectives on hpu tensors reach it through the device's C++ kernels for the ``c
 of the returned works complete with the hpu tensors themselves, as ``DistributedDataParallel`` expects.
 
 As on HCCL, collectives on hpu tensors reduce with ``SUM``, ``MIN`` and ``MAX`` only (a mean is a sum divided by the
-world size); other reduce ops raise. 64-bit integers, which HCCL handles with limits, simply work.
+world size); other reduce ops raise. 64-bit integers, which HCCL handles with limits, simply work. So FSDP2
+(``fully_shard``), which averages gradients with ``AVG``, needs ``set_force_sum_reduction_for_comms(True)`` on each of
+its FSDP modules, and a DTensor ``mean`` over a sharded dimension raises, as Gaudi documents for DTensor.
+Groups split from a group bound to a device (those of an ``init_device_mesh`` with more than one dimension) are gloo
+backends too.
 Object collectives (``all_gather_object`` and friends) use CPU tensors, since ``cpu`` is among the backend's devices.
 """
 
@@ -32,10 +36,23 @@ def register() -> None:
         # has the ranks left out of the new group take part in a split of the bound device's backend; gloo
         # reports that it supports splitting but, unlike NCCL, has no such step, so there is nothing to take part in.
         dist.ProcessGroupGloo.perform_nocolor_split = _no_split
+    if not hasattr(dist.ProcessGroupGloo._Options, "__deepcopy__"):
+        # ``split_group`` (how ``init_device_mesh`` makes the groups of a mesh with more than one dimension when the
+        # default group is bound to a device) starts from a deep copy of the parent backend's options, which gloo's
+        # cannot make.
+        dist.ProcessGroupGloo._Options.__deepcopy__ = _copy_options
 
 
 def _no_split(backend: "dist.ProcessGroupGloo", device: Any) -> None:
     """Gloo's part in a split that does not include this rank: none."""
+
+
+def _copy_options(options: Any, memo: dict) -> Any:
+    """A copy of gloo's backend options, for a group split from a group of the ``"hccl"`` backend."""
+    copy = type(options)()
+    copy._timeout, copy._threads, copy._devices = options._timeout, options._threads, options._devices
+    copy.global_ranks_in_group, copy.group_name = list(options.global_ranks_in_group), options.group_name
+    return copy
 
 
 def _create_backend(options: Any, backend_options: Any = None) -> "dist.ProcessGroupGloo":

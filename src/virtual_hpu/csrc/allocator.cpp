@@ -7,9 +7,11 @@
 #include <torch/library.h>
 
 #include <array>
+#include <cstdint>
 #include <cstdio>
-#include <string>
+#include <map>
 #include <mutex>
+#include <string>
 
 namespace virtual_hpu {
 namespace {
@@ -97,6 +99,37 @@ class CurrentDeviceAllocator final : public c10::Allocator {
 CurrentDeviceAllocator g_current_device_allocator;
 REGISTER_ALLOCATOR(c10::DeviceType::HPU, &g_current_device_allocator);
 
+// Pinned host memory, what `pin_memory()` hands out: plain host memory here (copies are synchronous anyway), kept in
+// a map of blocks so that `is_pinned()` recognises it, also from a pointer inside a block, and nothing else.
+std::mutex g_pinned_mutex;
+std::map<std::uintptr_t, size_t> g_pinned_blocks;  // start -> size
+
+void freePinned(void* data) {
+  {
+    std::lock_guard<std::mutex> lock(g_pinned_mutex);
+    g_pinned_blocks.erase(reinterpret_cast<std::uintptr_t>(data));
+  }
+  c10::free_cpu(data);
+}
+
+class PinnedHostAllocator final : public c10::Allocator {
+ public:
+  c10::DataPtr allocate(size_t nbytes) override {
+    c10::Device cpu(c10::DeviceType::CPU);
+    if (nbytes == 0) return {nullptr, nullptr, nullptr, cpu};
+    void* data = c10::alloc_cpu(nbytes);
+    std::lock_guard<std::mutex> lock(g_pinned_mutex);
+    g_pinned_blocks.emplace(reinterpret_cast<std::uintptr_t>(data), nbytes);
+    return {data, data, &freePinned, cpu};
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return &freePinned; }
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    default_copy_data(dest, src, count);
+  }
+};
+
+PinnedHostAllocator g_pinned_allocator;
+
 MemoryStats& statsFor(int64_t index) {
   TORCH_CHECK(index >= 0 && index < deviceCount(), "Invalid device hpu:", index);
   return g_stats[index];
@@ -134,6 +167,17 @@ TORCH_LIBRARY_FRAGMENT(virtual_hpu, m) {
 }  // namespace
 
 c10::Allocator* allocatorFor(c10::DeviceIndex index) { return &allocators()[index]; }
+
+c10::Allocator* pinnedAllocator() { return &g_pinned_allocator; }
+
+bool isPinned(const void* ptr) {
+  const auto address = reinterpret_cast<std::uintptr_t>(ptr);
+  std::lock_guard<std::mutex> lock(g_pinned_mutex);
+  auto block = g_pinned_blocks.upper_bound(address);
+  if (block == g_pinned_blocks.begin()) return false;
+  --block;
+  return address < block->first + block->second;
+}
 
 void recordAlloc(c10::DeviceIndex index, size_t nbytes, void* ptr) {
   MemoryStats& s = g_stats[index];

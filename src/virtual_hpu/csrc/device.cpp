@@ -2,7 +2,6 @@
 #include "virtual_hpu.h"
 
 #include <ATen/CPUGeneratorImpl.h>
-#include <c10/core/CPUAllocator.h>
 #include <ATen/detail/HPUHooksInterface.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/library.h>
@@ -134,8 +133,8 @@ struct HPUHooks final : HPUHooksInterface {
     return detail::getDefaultCPUGenerator();
   }
   Device getDeviceFromPtr(void* /*data*/) const override { return {c10::DeviceType::HPU, virtual_hpu::currentDevice()}; }
-  bool isPinnedPtr(const void* /*data*/) const override { return false; }
-  Allocator* getPinnedMemoryAllocator() const override { return c10::GetCPUAllocator(); }
+  bool isPinnedPtr(const void* data) const override { return virtual_hpu::isPinned(data); }
+  Allocator* getPinnedMemoryAllocator() const override { return virtual_hpu::pinnedAllocator(); }
 };
 
 REGISTER_HPU_HOOKS(HPUHooks);

@@ -25,6 +25,9 @@ c10::Allocator* allocatorFor(c10::DeviceIndex index);
 // Books `nbytes` at `index` (raises torch.OutOfMemoryError over the limit).
 void recordAlloc(c10::DeviceIndex index, size_t nbytes, void* ptr);
 void recordFree(c10::DeviceIndex index, size_t nbytes, void* ptr);
+// Host memory for `pin_memory()` (not counted as device memory), and whether `ptr` lies in such memory.
+c10::Allocator* pinnedAllocator();
+bool isPinned(const void* ptr);
 
 // ---- kernels.cpp ----
 // Gaudi has no complex support: refuse such HPU tensors. It holds float64 tensors but computes them in float32:
