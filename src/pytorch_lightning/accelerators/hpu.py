@@ -27,6 +27,11 @@ class HPUAccelerator(Accelerator):
             raise MisconfigurationException(_needs_an_hpu_strategy(f"its strategy put the model on `{device}`"))
         if not self.driven_by_hpu_strategy:
             raise MisconfigurationException(_needs_an_hpu_strategy("its strategy is not one of them"))
+        if device.index is not None:
+            import habana_frameworks.torch.hpu as hthpu
+
+            # what torch places on "the current HPU" (FSDP2, DTensor meshes) goes to this process's device
+            hthpu.set_device(device)
 
     @override
     def get_device_stats(self, device: _DEVICE) -> dict[str, Any]:

@@ -6,12 +6,27 @@ from lightning.pytorch.strategies import StrategyRegistry
 from pytorch_lightning import _aliasing
 from pytorch_lightning.strategies.hpu_deepspeed import HPUDeepSpeedStrategy
 from pytorch_lightning.strategies.hpu_fsdp import HPUFSDPStrategy
+from pytorch_lightning.strategies.hpu_model_parallel import HPUModelParallelStrategy
 from pytorch_lightning.strategies.hpu_parallel import HPUDDPStrategy, HPUParallelStrategy
 from pytorch_lightning.strategies.single_hpu import SingleHPUStrategy
 
-__all__ = ["HPUDDPStrategy", "HPUDeepSpeedStrategy", "HPUFSDPStrategy", "HPUParallelStrategy", "SingleHPUStrategy"]
+__all__ = [
+    "HPUDDPStrategy",
+    "HPUDeepSpeedStrategy",
+    "HPUFSDPStrategy",
+    "HPUModelParallelStrategy",
+    "HPUParallelStrategy",
+    "SingleHPUStrategy",
+]
 
-for _strategy in (SingleHPUStrategy, HPUParallelStrategy, HPUDeepSpeedStrategy, HPUFSDPStrategy):
+_HPU_STRATEGIES = (
+    SingleHPUStrategy,
+    HPUParallelStrategy,
+    HPUDeepSpeedStrategy,
+    HPUFSDPStrategy,
+    HPUModelParallelStrategy,
+)
+for _strategy in _HPU_STRATEGIES:
     if _strategy.strategy_name not in StrategyRegistry:
         _strategy.register_strategies(StrategyRegistry)
 

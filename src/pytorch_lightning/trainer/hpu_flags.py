@@ -20,7 +20,7 @@ from lightning.pytorch.accelerators import Accelerator
 from lightning.pytorch.callbacks import ProgressBar
 from lightning.pytorch.callbacks.progress.rich_progress import _RICH_AVAILABLE
 from lightning.pytorch.plugins.precision import DeepSpeedPrecision, FSDPPrecision, MixedPrecision, Precision
-from lightning.pytorch.strategies import FSDPStrategy, Strategy, StrategyRegistry
+from lightning.pytorch.strategies import FSDPStrategy, ModelParallelStrategy, Strategy, StrategyRegistry
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
 from pytorch_lightning.accelerators.hpu import HPUAccelerator
@@ -32,6 +32,7 @@ from pytorch_lightning.profilers.hpu import HPUProfiler
 from pytorch_lightning.strategies._hpu import _HPUStrategyMixin
 from pytorch_lightning.strategies.hpu_deepspeed import HPUDeepSpeedStrategy, hpu_name_of
 from pytorch_lightning.strategies.hpu_fsdp import HPUFSDPStrategy
+from pytorch_lightning.strategies.hpu_model_parallel import HPUModelParallelStrategy
 from pytorch_lightning.strategies.hpu_parallel import HPUParallelStrategy
 from pytorch_lightning.strategies.single_hpu import SingleHPUStrategy
 
@@ -51,6 +52,8 @@ def resolve_hpu_flags(flags: dict[str, Any]) -> dict[str, Any]:
         strategy = hpu_name_of(strategy) or _CUDA_DATA_PARALLEL.get(strategy, strategy)
     elif type(strategy) is FSDPStrategy:
         strategy = HPUFSDPStrategy.from_fsdp_strategy(strategy)
+    elif type(strategy) is ModelParallelStrategy:
+        strategy = HPUModelParallelStrategy.from_model_parallel_strategy(strategy)
 
     if not HPUAccelerator.is_available():
         raise MisconfigurationException(
@@ -199,6 +202,7 @@ _CUDA_DATA_PARALLEL = {
     "ddp_spawn": "hpu_parallel_spawn",
     "fsdp": "hpu_fsdp",
     "fsdp_cpu_offload": "hpu_fsdp_cpu_offload",
+    "model_parallel": "hpu_model_parallel",
 }
 
 

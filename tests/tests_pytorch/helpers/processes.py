@@ -17,12 +17,13 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def run_ddp(out: Path, *args: str, **env: str) -> subprocess.Popen:
-    """Start ``ddp_run.py --out <out> *args``; each rank saves ``rank<N>.pt`` there."""
+def run_ddp(out: Path, *args: str, script: Path = DDP_RUN, **env: str) -> subprocess.Popen:
+    """Start ``ddp_run.py --out <out> *args`` (or another script of this folder); each rank saves ``rank<N>.pt``
+    there."""
     environment = {**os.environ, "MASTER_ADDR": "127.0.0.1", **env}
     environment.setdefault("MASTER_PORT", str(free_port()))
     return subprocess.Popen(
-        [sys.executable, str(DDP_RUN), "--out", str(out), *args],
+        [sys.executable, str(script), "--out", str(out), *args],
         env=environment,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

@@ -129,10 +129,10 @@ ROWS = [
         _hpu(strategy="ddp_notebook", devices=2),
     ),
     BadInput(
-        "accelerator='hpu', strategy='model_parallel'",
+        "accelerator='hpu', strategy='ddp_fork'",
         _MISCONF,
-        ("strategy='model_parallel'", "Choose one of hpu_ddp,"),
-        _hpu(strategy="model_parallel"),
+        ("strategy='ddp_fork'", "Choose one of hpu_ddp,"),
+        _hpu(strategy="ddp_fork", devices=2),
     ),
     BadInput(
         "accelerator='hpu', strategy='xla'",

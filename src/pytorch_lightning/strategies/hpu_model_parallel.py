@@ -1,0 +1,103 @@
+"""FSDP2 and tensor parallelism on Intel Gaudi: upstream's ``ModelParallelStrategy`` over HCCL."""
+
+import copy
+from typing import Any, Optional, Union
+
+from lightning.fabric.strategies import _StrategyRegistry
+from lightning.pytorch.plugins.precision import Precision
+from lightning.pytorch.strategies import ModelParallelStrategy
+from lightning.pytorch.utilities.exceptions import MisconfigurationException
+from torch import Tensor
+from torch.distributed import ReduceOp
+from typing_extensions import override
+
+from pytorch_lightning.accelerators.hpu import HPUAccelerator
+from pytorch_lightning.strategies._hpu import (
+    _destroy_process_group_at_exit,
+    _HPUParallelDevicesMixin,
+    _HPUStrategyMixin,
+)
+from pytorch_lightning.strategies.hpu_parallel import hccl_reduce
+
+
+class HPUModelParallelStrategy(_HPUStrategyMixin, _HPUParallelDevicesMixin, ModelParallelStrategy):
+    """Upstream's ``ModelParallelStrategy`` on HPUs: the LightningModule's ``configure_model`` applies FSDP2
+    (``fully_shard``) and tensor parallelism (``parallelize_module``) on ``self.device_mesh``, a mesh of HPUs with the
+    dimensions ``"data_parallel"`` and ``"tensor_parallel"``; checkpoints are distributed.
+
+    It takes upstream's arguments (``data_parallel_size``, ``tensor_parallel_size``, ``save_distributed_checkpoint``,
+    ...). By name it is ``strategy="hpu_model_parallel"``; with ``accelerator="hpu"`` upstream's ``"model_parallel"``
+    and a ``ModelParallelStrategy(...)`` instance mean the same. HCCL reduces with sum, min and max only, so FSDP2 is
+    set to reduce gradients with sums (and divide) rather than averages.
+    """
+
+    strategy_name = "hpu_model_parallel"
+
+    def __init__(self, *args: Any, process_group_backend: Optional[str] = "hccl", **kwargs: Any) -> None:
+        super().__init__(*args, process_group_backend=process_group_backend, **kwargs)
+
+    @classmethod
+    def from_model_parallel_strategy(cls, strategy: ModelParallelStrategy) -> "HPUModelParallelStrategy":
+        """This strategy with every setting of an instance of upstream's ``ModelParallelStrategy``; the instance itself
+        is left as it is."""
+        hpu = cls.__new__(cls)
+        # everything the user configured lives in the instance; our class adds no state of its own to it
+        vars(hpu).update(copy.copy(vars(strategy)))
+        return hpu
+
+    @property
+    @override
+    def precision_plugin(self) -> Precision:
+        return super().precision_plugin
+
+    @precision_plugin.setter
+    @override
+    def precision_plugin(self, precision_plugin: Optional[Precision]) -> None:
+        if precision_plugin is not None and precision_plugin.precision == "fp8":
+            raise MisconfigurationException(
+                "`precision='fp8'` does not run with FSDP2 and tensor parallelism on HPUs: `configure_model` shards the"
+                " layers that Transformer Engine would replace. Use `precision='bf16-mixed'` here, or fp8 with"
+                " `strategy='hpu_parallel'` or DeepSpeed."
+            )
+        ModelParallelStrategy.precision_plugin.fset(self, precision_plugin)  # type: ignore[attr-defined]
+
+    @override
+    def setup_environment(self) -> None:
+        if not isinstance(self.accelerator, HPUAccelerator):
+            raise MisconfigurationException(
+                f"`{type(self).__name__}` trains on HPUs but `{type(self.accelerator).__name__}` is used. Pass"
+                " `Trainer(accelerator='hpu')`, or use `ModelParallelStrategy` for CUDA GPUs."
+            )
+        # importing it registers the "hccl" backend with torch.distributed
+        import habana_frameworks.torch.distributed.hccl  # noqa: F401
+
+        super().setup_environment()
+        _destroy_process_group_at_exit()
+
+    @override
+    def setup(self, trainer: Any) -> None:
+        super().setup(trainer)
+        from torch.distributed.fsdp import FSDPModule
+
+        for module in self.model.modules():  # type: ignore[union-attr]
+            if isinstance(module, FSDPModule):
+                module.set_force_sum_reduction_for_comms(True)
+
+    @override
+    def _get_process_group_backend(self) -> str:
+        # upstream's default for a device other than CUDA is gloo
+        return self.process_group_backend or "hccl"
+
+    @override
+    def reduce(
+        self,
+        tensor: Union[Tensor, Any],
+        group: Optional[Any] = None,
+        reduce_op: Optional[Union[ReduceOp, str]] = "mean",
+    ) -> Union[Tensor, Any]:
+        return hccl_reduce(tensor, group, reduce_op)
+
+    @classmethod
+    @override
+    def register_strategies(cls, strategy_registry: _StrategyRegistry) -> None:
+        strategy_registry.register(cls.strategy_name, cls, description="FSDP2 and tensor parallelism on HPUs over HCCL")

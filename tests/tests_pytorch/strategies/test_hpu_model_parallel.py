@@ -1,0 +1,51 @@
+"""FSDP2 and tensor parallelism on HPUs (``strategy="model_parallel"``): equal to one process on the whole batches,
+DTensor parameters on the HPU, names, refusals."""
+
+from pathlib import Path
+
+import pytest
+from lightning.pytorch.strategies import ModelParallelStrategy
+from lightning.pytorch.utilities.exceptions import MisconfigurationException
+
+import pytorch_lightning as pl
+from pytorch_lightning.plugins import HPUPrecisionPlugin
+from pytorch_lightning.strategies import HPUModelParallelStrategy
+from tests_pytorch.helpers.processes import assert_same_parameters, rank_results, run_ddp, wait
+
+MODEL_PARALLEL_RUN = Path(__file__).parents[1] / "helpers" / "model_parallel_run.py"
+# ddp_run.py's regression model with two targets
+PARAMETERS = 154
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory) -> dict:
+    out = tmp_path_factory.mktemp("single")
+    wait(run_ddp(out, "--devices", "1", "--outputs", "2"))
+    return rank_results(out)[0]["state"]
+
+
+@pytest.mark.parametrize("tensor_parallel", [1, 2], ids=["fsdp2", "tensor_parallel"])
+def test_two_processes_end_where_one_process_on_the_whole_batches_does(tmp_path, reference, tensor_parallel):
+    """``fully_shard`` over 2 data-parallel HPUs (each its own rows), or the MLP split column- and row-wise over 2
+    tensor-parallel HPUs (the same rows): the full weights equal one process's, and each rank holds about half."""
+    wait(run_ddp(tmp_path, "--tensor-parallel", str(tensor_parallel), script=MODEL_PARALLEL_RUN))
+    ranks = rank_results(tmp_path)
+    assert [r["strategy"] for r in ranks] == ["HPUModelParallelStrategy"] * 2
+    assert all(r["dtensor"] for r in ranks) and [r["devices"] for r in ranks] == [{"hpu:0"}, {"hpu:1"}]
+    for rank in ranks:
+        assert_same_parameters(rank["state"], reference, tolerance=1e-6)
+    assert sum(r["local_numel"] for r in ranks) <= PARAMETERS + 2 and max(r["local_numel"] for r in ranks) < PARAMETERS
+
+
+def test_names_and_instances_resolve_to_the_hpu_strategy():
+    for strategy in ("model_parallel", ModelParallelStrategy(tensor_parallel_size=2), "hpu_model_parallel"):
+        trainer = pl.Trainer(accelerator="hpu", devices=2, strategy=strategy, precision="bf16-mixed", logger=False)
+        assert type(trainer.strategy) is HPUModelParallelStrategy
+        assert isinstance(trainer.strategy, ModelParallelStrategy)
+        assert isinstance(trainer.precision_plugin, HPUPrecisionPlugin)
+        assert trainer.strategy._get_process_group_backend() == "hccl"
+
+
+def test_fp8_is_refused_before_any_work():
+    with pytest.raises(MisconfigurationException, match=r"`precision='fp8'` does not run with FSDP2.*'bf16-mixed'"):
+        pl.Trainer(accelerator="hpu", devices=2, strategy="model_parallel", precision="fp8")
