@@ -43,6 +43,9 @@ def main() -> None:
     parser.add_argument("--out", required=True)
     parser.add_argument("--tensor-parallel", type=int, default=1)
     parser.add_argument("--outputs", type=int, default=2)
+    parser.add_argument("--max-epochs", type=int, default=1)
+    parser.add_argument("--checkpoint", help="save a distributed checkpoint here at the end of fit")
+    parser.add_argument("--resume", help="fit(ckpt_path=...) from this checkpoint")
     args = parser.parse_args()
     from lightning.pytorch.strategies import ModelParallelStrategy
 
@@ -53,14 +56,16 @@ def main() -> None:
         strategy=ModelParallelStrategy(
             data_parallel_size=2 // args.tensor_parallel, tensor_parallel_size=args.tensor_parallel
         ),
-        max_epochs=1,
+        max_epochs=args.max_epochs,
         use_distributed_sampler=False,
         logger=False,
         enable_checkpointing=False,
         enable_progress_bar=False,
         enable_model_summary=False,
     )
-    trainer.fit(model)
+    trainer.fit(model, ckpt_path=args.resume)
+    if args.checkpoint:
+        trainer.save_checkpoint(args.checkpoint)
     from torch.distributed.tensor import DTensor
 
     full = {
@@ -75,6 +80,8 @@ def main() -> None:
             "strategy": type(trainer.strategy).__name__,
             "devices": {str(p.device) for p in model.parameters()},
             "dtensor": all(isinstance(p, DTensor) for p in model.parameters()),
+            "global_step": trainer.global_step,
+            "lr": trainer.optimizers[0].param_groups[0]["lr"],
         },
         os.path.join(args.out, f"rank{trainer.global_rank}.pt"),
     )

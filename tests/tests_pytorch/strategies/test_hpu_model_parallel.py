@@ -18,10 +18,17 @@ PARAMETERS = 154
 
 
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory) -> dict:
-    out = tmp_path_factory.mktemp("single")
-    wait(run_ddp(out, "--devices", "1", "--outputs", "2"))
-    return rank_results(out)[0]["state"]
+def references(tmp_path_factory) -> dict:
+    """``ddp_run.py``'s model with two targets on one HPU on whole global batches, by number of epochs."""
+    outs = {epochs: tmp_path_factory.mktemp(f"single{epochs}") for epochs in (1, 2)}
+    arguments = ("--devices", "1", "--outputs", "2", "--max-epochs")
+    wait(*(run_ddp(out, *arguments, str(epochs)) for epochs, out in outs.items()))
+    return {epochs: rank_results(out)[0] for epochs, out in outs.items()}
+
+
+@pytest.fixture(scope="module")
+def reference(references) -> dict:
+    return references[1]["state"]
 
 
 @pytest.mark.parametrize("tensor_parallel", [1, 2], ids=["fsdp2", "tensor_parallel"])
@@ -49,3 +56,16 @@ def test_names_and_instances_resolve_to_the_hpu_strategy():
 def test_fp8_is_refused_before_any_work():
     with pytest.raises(MisconfigurationException, match=r"`precision='fp8'` does not run with FSDP2.*'bf16-mixed'"):
         pl.Trainer(accelerator="hpu", devices=2, strategy="model_parallel", precision="fp8")
+
+
+def test_a_distributed_checkpoint_resumes_where_an_uninterrupted_run_ends(tmp_path, references):
+    """Model (DTensor shards), optimizer momentum, scheduler and epoch come back from a distributed checkpoint."""
+    checkpoint, first, resumed = tmp_path / "model_parallel.ckpt", tmp_path / "first", tmp_path / "resumed"
+    first.mkdir(), resumed.mkdir()
+    wait(run_ddp(first, "--checkpoint", str(checkpoint), script=MODEL_PARALLEL_RUN))
+    assert checkpoint.is_dir()
+    wait(run_ddp(resumed, "--max-epochs", "2", "--resume", str(checkpoint), script=MODEL_PARALLEL_RUN))
+    for rank in rank_results(resumed):
+        assert rank["global_step"] == references[2]["global_step"] == 8
+        assert rank["lr"] == pytest.approx(references[2]["lr"])
+        assert_same_parameters(rank["state"], references[2]["state"], tolerance=1e-6)
