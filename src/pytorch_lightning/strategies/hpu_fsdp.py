@@ -35,6 +35,7 @@ class HPUFSDPStrategy(_HPUStrategyMixin, _HPUParallelDevicesMixin, FSDPStrategy)
 
     def __init__(self, *args: Any, process_group_backend: Optional[str] = "hccl", **kwargs: Any) -> None:
         super().__init__(*args, process_group_backend=process_group_backend, **kwargs)
+        _refuse_replicas_without_shards(self.sharding_strategy.name, self.kwargs.get("device_mesh"))
 
     @classmethod
     def from_fsdp_strategy(cls, strategy: FSDPStrategy) -> "HPUFSDPStrategy":
@@ -92,4 +93,16 @@ class HPUFSDPStrategy(_HPUStrategyMixin, _HPUParallelDevicesMixin, FSDPStrategy)
             cls,
             description="FSDP on HPUs over HCCL, parameters offloaded to host memory",
             cpu_offload=True,
+        )
+
+
+def _refuse_replicas_without_shards(sharding_strategy: str, mesh: Any) -> None:
+    """Torch runs ``HYBRID_SHARD`` over a mesh ``(N, 1)`` as ``NO_SHARD`` within one-rank groups, which never reduces
+    gradients across the N replicas: each rank would train alone."""
+    shape = tuple(mesh) if isinstance(mesh, tuple) else tuple(getattr(mesh, "shape", ()))
+    if "HYBRID" in sharding_strategy and len(shape) == 2 and shape[0] > 1 and shape[1] == 1:
+        raise ValueError(
+            f"`HPUFSDPStrategy(sharding_strategy={sharding_strategy!r}, device_mesh={shape})` would replicate the model"
+            f" {shape[0]} times without ever reducing across the replicas (one rank per shard group). Give the mesh as"
+            " (replicas, ranks per replica) with more than one rank per replica, e.g. (nodes, devices per node)."
         )

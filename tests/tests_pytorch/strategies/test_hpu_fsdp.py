@@ -83,6 +83,10 @@ def test_bad_inputs_are_refused_before_any_work():
         pl.Trainer(accelerator="hpu", devices=2, strategy="fsdp", precision="fp8")
     with pytest.raises(MisconfigurationException, match=r"\[HPUMixedPrecision\(...\)\]` does not run on HPU with FSDP"):
         pl.Trainer(accelerator="hpu", devices=2, strategy="fsdp", plugins=[HPUPrecisionPlugin("bf16-mixed")])
+    with pytest.raises(
+        ValueError, match=r"would replicate the model 2 times without ever reducing across the replicas"
+    ):
+        HPUFSDPStrategy(sharding_strategy="HYBRID_SHARD", device_mesh=(2, 1))
     with pytest.raises(MisconfigurationException, match=r"strategy=HPUFSDPStrategy\(\)\)` runs on HPUs but"):
         pl.Trainer(accelerator="cpu", devices=2, strategy=HPUFSDPStrategy())
 
