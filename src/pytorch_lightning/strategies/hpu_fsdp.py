@@ -34,6 +34,11 @@ class HPUFSDPStrategy(_HPUStrategyMixin, _HPUParallelDevicesMixin, FSDPStrategy)
     strategy_name = "hpu_fsdp"
 
     def __init__(self, *args: Any, process_group_backend: Optional[str] = "hccl", **kwargs: Any) -> None:
+        if "device_id" in kwargs:
+            raise ValueError(
+                f"`HPUFSDPStrategy(device_id={kwargs['device_id']!r})`: the strategy gives FSDP each process's own HPU"
+                " as its device. Remove `device_id`; choose the HPUs with `Trainer(devices=...)`."
+            )
         super().__init__(*args, process_group_backend=process_group_backend, **kwargs)
         _refuse_replicas_without_shards(self.sharding_strategy.name, self.kwargs.get("device_mesh"))
 
