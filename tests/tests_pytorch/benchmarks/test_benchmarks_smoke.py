@@ -22,6 +22,7 @@ EXPECTED_HEADLINES = {
     "distributed": "ddp_ratio",
     "execution_modes": "compilations_per_step_compiled",
     "fp8": "fp8_step_ratio",
+    "fsdp": "fsdp_ratio_max",
     "graph_cuts": "host_syncs_per_step_default",
     "performance_monitor": "monitor_overhead_ratio",
     "real_models": "ratio_max",
@@ -84,6 +85,9 @@ def test_what_does_not_depend_on_timing(run_all):
     assert "bitwise equal, trainer hpu and loop hpu: yes" in outputs["deepspeed"]
     # hpu_parallel and CPU DDP end with the same loss
     assert "bitwise equal: yes" in outputs["distributed"]
+    # FSDP: the loop on the HPU and on the CPU, and the Trainer with strategy="fsdp", end with the same loss
+    assert "final losses equal, loop hpu and loop cpu: yes" in outputs["fsdp"]
+    assert "final losses equal, trainer hpu and loop hpu: yes" in outputs["fsdp"]
     # a 2-process lazy-mode step with nothing logged: no host sync, two graphs, as on one device
     (hpu_row,) = [line for line in outputs["distributed"].splitlines() if line.startswith("| hpu ")]
     assert [cell.strip() for cell in hpu_row.strip("|").split("|")][4:6] == ["0.00", "2.00"]
