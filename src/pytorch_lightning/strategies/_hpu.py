@@ -2,6 +2,7 @@
 the strategies that start one process per HPU) indexed parallel devices."""
 
 import atexit
+import copy
 from collections.abc import Sequence
 from typing import Any, Callable, Optional, Union
 
@@ -9,7 +10,9 @@ import torch
 import torch.distributed as dist
 from lightning.fabric.plugins import CheckpointIO
 from lightning.fabric.utilities.distributed import _destroy_dist_connection
+from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from torch import Tensor
+from torch.distributed import ReduceOp
 from torch.optim import Optimizer
 
 from pytorch_lightning.plugins.io.hpu import HPUCheckpointIO
@@ -106,7 +109,9 @@ class _HPUStrategyMixin:
 
 
 class _HPUParallelDevicesMixin:
-    """Mixed into each HPU strategy that runs one process per HPU, before its upstream base class.
+    """Mixed into each HPU strategy that runs one process per HPU, before its upstream base class: HCCL as the process
+    group backend and for reductions, indexed parallel devices, and the HPU strategy made from an instance of the
+    upstream one.
 
     ``parallel_devices=[torch.device("hpu")] * n`` is the documented way to ask for ``n`` HPUs: a device without an
     index stands for the one at its position, the device of the process with that local rank. Indexed here, because
@@ -114,6 +119,39 @@ class _HPUParallelDevicesMixin:
     """
 
     _parallel_devices: Optional[list[torch.device]]
+    process_group_backend: Optional[str]
+    accelerator: Any
+
+    @classmethod
+    def from_upstream(cls, strategy: Any) -> Any:
+        """This strategy with every setting of an instance of its upstream base class, as a script moved from CUDA
+        passes one; the instance itself is left as it is."""
+        hpu = cls.__new__(cls)
+        # everything the user configured lives in the instance; the HPU classes add no state of their own to it
+        vars(hpu).update(copy.copy(vars(strategy)))
+        return hpu
+
+    def _get_process_group_backend(self) -> str:
+        # upstream's default for a device other than CUDA is gloo
+        return self.process_group_backend or "hccl"
+
+    def _require_hpu_accelerator(self, upstream: str) -> None:
+        """Refuse another accelerator before any work; ``upstream`` is the strategy to use on CUDA instead."""
+        from pytorch_lightning.accelerators.hpu import HPUAccelerator
+
+        if not isinstance(self.accelerator, HPUAccelerator):
+            raise MisconfigurationException(
+                f"`{type(self).__name__}` trains on HPUs but `{type(self.accelerator).__name__}` is used. Pass"
+                f" `Trainer(accelerator='hpu')`, or use `{upstream}` for CUDA GPUs."
+            )
+
+    def reduce(
+        self,
+        tensor: Union[Tensor, Any],
+        group: Optional[Any] = None,
+        reduce_op: Optional[Union[ReduceOp, str]] = "mean",
+    ) -> Union[Tensor, Any]:
+        return hccl_reduce(tensor, group, reduce_op)
 
     @property
     def parallel_devices(self) -> Optional[list[torch.device]]:
@@ -122,6 +160,36 @@ class _HPUParallelDevicesMixin:
     @parallel_devices.setter
     def parallel_devices(self, devices: Optional[Sequence[Union[torch.device, str, int]]]) -> None:
         self._parallel_devices = None if devices is None else _indexed_hpu_devices(devices, type(self).__name__)
+
+
+# HCCL reduces with these; a mean is a sum divided by the world size
+_HCCL_REDUCE_OPS = {"sum": ReduceOp.SUM, "min": ReduceOp.MIN, "max": ReduceOp.MAX}
+_MEAN_OPS = ("mean", "avg")
+
+
+def hccl_reduce(
+    tensor: Union[Tensor, Any], group: Optional[Any] = None, reduce_op: Optional[Union[ReduceOp, str]] = "mean"
+) -> Union[Tensor, Any]:
+    """Reduce ``tensor`` over all processes with the operations HCCL supports.
+
+    A mean is a sum divided by the world size, and 64-bit integers travel as 32-bit floats, since HCCL has neither.
+    """
+    if not isinstance(tensor, Tensor) or not torch.distributed.is_initialized():
+        return tensor
+    op_name = "mean" if reduce_op is None else str(reduce_op).lower().rpartition(".")[2]
+    if op_name not in _HCCL_REDUCE_OPS and op_name not in _MEAN_OPS:
+        raise ValueError(
+            f"`reduce_op={reduce_op!r}` is not supported on HPU. Choose one of 'mean', 'sum', 'min' or 'max'."
+        )
+    original_dtype = tensor.dtype
+    as_float = op_name in _MEAN_OPS or original_dtype == torch.int64
+    result = tensor.to(torch.float32) if as_float and not original_dtype.is_floating_point else tensor.clone()
+    torch.distributed.all_reduce(result, op=_HCCL_REDUCE_OPS.get(op_name, ReduceOp.SUM), group=group)
+    if op_name in _MEAN_OPS:
+        result = result / torch.distributed.get_world_size(group)
+        # like upstream, the mean of integers is a float
+        return result.to(original_dtype) if original_dtype.is_floating_point else result
+    return result.to(original_dtype)
 
 
 def _indexed_hpu_devices(devices: Sequence[Union[torch.device, str, int]], owner: str) -> list[torch.device]:

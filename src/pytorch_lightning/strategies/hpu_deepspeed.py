@@ -1,6 +1,6 @@
 """DeepSpeed (ZeRO sharding, offload, bf16 optimizers, activation checkpointing) on Intel Gaudi."""
 
-from typing import Any, Callable, Optional, Union
+from typing import Any, Callable, Optional
 
 import torch
 from lightning.fabric.strategies import _StrategyRegistry
@@ -9,14 +9,11 @@ from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.utilities.model_helpers import is_overridden
 from lightning.pytorch.utilities.rank_zero import rank_zero_info
 from torch import Tensor
-from torch.distributed import ReduceOp
 from torch.nn import Module
 from typing_extensions import override
 
-from pytorch_lightning.accelerators.hpu import HPUAccelerator
 from pytorch_lightning.plugins.precision.hpu import HPUPrecisionPlugin
 from pytorch_lightning.strategies._hpu import _HPUParallelDevicesMixin, _HPUStrategyMixin
-from pytorch_lightning.strategies.hpu_parallel import hccl_reduce
 
 # (name suffix, arguments) of the ZeRO presets, as upstream registers them for CUDA without the NVMe one
 _PRESETS: dict[str, dict[str, Any]] = {
@@ -51,11 +48,7 @@ class HPUDeepSpeedStrategy(_HPUStrategyMixin, _HPUParallelDevicesMixin, DeepSpee
 
     @override
     def setup_environment(self) -> None:
-        if not isinstance(self.accelerator, HPUAccelerator):
-            raise MisconfigurationException(
-                f"`{type(self).__name__}` trains on HPUs but `{type(self.accelerator).__name__}` is used. Pass"
-                " `Trainer(accelerator='hpu')`, or use `DeepSpeedStrategy` for CUDA GPUs."
-            )
+        self._require_hpu_accelerator("DeepSpeedStrategy")
         # before any process group exists, so that the refusal leaves nothing to tear down
         plugin, module = self.precision_plugin, self.lightning_module
         fp8_inference = (
@@ -114,15 +107,6 @@ class HPUDeepSpeedStrategy(_HPUStrategyMixin, _HPUParallelDevicesMixin, DeepSpee
         if self._linear_before_setup is not None:
             torch.nn.functional.linear = self._linear_before_setup
             self._linear_before_setup = None
-
-    @override
-    def reduce(
-        self,
-        tensor: Union[Tensor, Any],
-        group: Optional[Any] = None,
-        reduce_op: Optional[Union[ReduceOp, str]] = "mean",
-    ) -> Union[Tensor, Any]:
-        return hccl_reduce(tensor, group, reduce_op)
 
     @classmethod
     @override

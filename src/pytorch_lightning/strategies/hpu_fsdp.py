@@ -1,22 +1,16 @@
 """Fully Sharded Data Parallel (FSDP) on Intel Gaudi: torch's ``FullyShardedDataParallel`` over HCCL."""
 
-import copy
-from typing import Any, Optional, Union
+from typing import Any, Optional
 
 from lightning.fabric.strategies import _StrategyRegistry
 from lightning.pytorch.strategies.fsdp import FSDPStrategy
-from lightning.pytorch.utilities.exceptions import MisconfigurationException
-from torch import Tensor
-from torch.distributed import ReduceOp
 from typing_extensions import override
 
-from pytorch_lightning.accelerators.hpu import HPUAccelerator
 from pytorch_lightning.strategies._hpu import (
     _destroy_process_group_at_exit,
     _HPUParallelDevicesMixin,
     _HPUStrategyMixin,
 )
-from pytorch_lightning.strategies.hpu_parallel import hccl_reduce
 
 
 class HPUFSDPStrategy(_HPUStrategyMixin, _HPUParallelDevicesMixin, FSDPStrategy):
@@ -42,27 +36,9 @@ class HPUFSDPStrategy(_HPUStrategyMixin, _HPUParallelDevicesMixin, FSDPStrategy)
         super().__init__(*args, process_group_backend=process_group_backend, **kwargs)
         _refuse_replicas_without_shards(self.sharding_strategy.name, self.kwargs.get("device_mesh"))
 
-    @classmethod
-    def from_fsdp_strategy(cls, strategy: FSDPStrategy) -> "HPUFSDPStrategy":
-        """This strategy with every setting of an instance of upstream's ``FSDPStrategy``, as a script moved from CUDA
-        passes one; the instance itself is left as it is."""
-        hpu = cls.__new__(cls)
-        # everything the user configured lives in the instance; our class adds no state of its own to it
-        vars(hpu).update(copy.copy(vars(strategy)))
-        return hpu
-
-    @override
-    def _get_process_group_backend(self) -> str:
-        # upstream's default for a device other than CUDA is gloo
-        return self.process_group_backend or "hccl"
-
     @override
     def setup_environment(self) -> None:
-        if not isinstance(self.accelerator, HPUAccelerator):
-            raise MisconfigurationException(
-                f"`{type(self).__name__}` trains on HPUs but `{type(self.accelerator).__name__}` is used. Pass"
-                " `Trainer(accelerator='hpu')`, or use `FSDPStrategy` for CUDA GPUs."
-            )
+        self._require_hpu_accelerator("FSDPStrategy")
         # importing it registers the "hccl" backend with torch.distributed
         import habana_frameworks.torch.distributed.hccl  # noqa: F401
 
@@ -79,15 +55,6 @@ class HPUFSDPStrategy(_HPUStrategyMixin, _HPUParallelDevicesMixin, FSDPStrategy)
             from torch.distributed.device_mesh import init_device_mesh
 
             self.kwargs["device_mesh"] = init_device_mesh("hpu", mesh_shape)
-
-    @override
-    def reduce(
-        self,
-        tensor: Union[Tensor, Any],
-        group: Optional[Any] = None,
-        reduce_op: Optional[Union[ReduceOp, str]] = "mean",
-    ) -> Union[Tensor, Any]:
-        return hccl_reduce(tensor, group, reduce_op)
 
     @classmethod
     @override

@@ -1,23 +1,18 @@
 """FSDP2 and tensor parallelism on Intel Gaudi: upstream's ``ModelParallelStrategy`` over HCCL."""
 
-import copy
-from typing import Any, Optional, Union
+from typing import Any, Optional
 
 from lightning.fabric.strategies import _StrategyRegistry
 from lightning.pytorch.plugins.precision import Precision
 from lightning.pytorch.strategies import ModelParallelStrategy
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
-from torch import Tensor
-from torch.distributed import ReduceOp
 from typing_extensions import override
 
-from pytorch_lightning.accelerators.hpu import HPUAccelerator
 from pytorch_lightning.strategies._hpu import (
     _destroy_process_group_at_exit,
     _HPUParallelDevicesMixin,
     _HPUStrategyMixin,
 )
-from pytorch_lightning.strategies.hpu_parallel import hccl_reduce
 
 
 class HPUModelParallelStrategy(_HPUStrategyMixin, _HPUParallelDevicesMixin, ModelParallelStrategy):
@@ -35,15 +30,6 @@ class HPUModelParallelStrategy(_HPUStrategyMixin, _HPUParallelDevicesMixin, Mode
 
     def __init__(self, *args: Any, process_group_backend: Optional[str] = "hccl", **kwargs: Any) -> None:
         super().__init__(*args, process_group_backend=process_group_backend, **kwargs)
-
-    @classmethod
-    def from_model_parallel_strategy(cls, strategy: ModelParallelStrategy) -> "HPUModelParallelStrategy":
-        """This strategy with every setting of an instance of upstream's ``ModelParallelStrategy``; the instance itself
-        is left as it is."""
-        hpu = cls.__new__(cls)
-        # everything the user configured lives in the instance; our class adds no state of its own to it
-        vars(hpu).update(copy.copy(vars(strategy)))
-        return hpu
 
     @property
     @override
@@ -63,11 +49,7 @@ class HPUModelParallelStrategy(_HPUStrategyMixin, _HPUParallelDevicesMixin, Mode
 
     @override
     def setup_environment(self) -> None:
-        if not isinstance(self.accelerator, HPUAccelerator):
-            raise MisconfigurationException(
-                f"`{type(self).__name__}` trains on HPUs but `{type(self.accelerator).__name__}` is used. Pass"
-                " `Trainer(accelerator='hpu')`, or use `ModelParallelStrategy` for CUDA GPUs."
-            )
+        self._require_hpu_accelerator("ModelParallelStrategy")
         # importing it registers the "hccl" backend with torch.distributed
         import habana_frameworks.torch.distributed.hccl  # noqa: F401
 
@@ -82,20 +64,6 @@ class HPUModelParallelStrategy(_HPUStrategyMixin, _HPUParallelDevicesMixin, Mode
         for module in self.model.modules():  # type: ignore[union-attr]
             if isinstance(module, FSDPModule):
                 module.set_force_sum_reduction_for_comms(True)
-
-    @override
-    def _get_process_group_backend(self) -> str:
-        # upstream's default for a device other than CUDA is gloo
-        return self.process_group_backend or "hccl"
-
-    @override
-    def reduce(
-        self,
-        tensor: Union[Tensor, Any],
-        group: Optional[Any] = None,
-        reduce_op: Optional[Union[ReduceOp, str]] = "mean",
-    ) -> Union[Tensor, Any]:
-        return hccl_reduce(tensor, group, reduce_op)
 
     @classmethod
     @override

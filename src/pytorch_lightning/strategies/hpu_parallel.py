@@ -1,16 +1,13 @@
 """Strategy for data-parallel training over several Intel Gaudi devices and nodes."""
 
 import signal
-from typing import Any, Optional, Union
+from typing import Any, Optional
 
-import torch
 from lightning.fabric.strategies import _StrategyRegistry
 from lightning.pytorch.overrides.distributed import _register_ddp_comm_hook
 from lightning.pytorch.strategies.ddp import DDPStrategy
 from lightning.pytorch.strategies.launchers.subprocess_script import _SubprocessScriptLauncher
 from lightning.pytorch.utilities.exceptions import MisconfigurationException, SIGTERMException
-from torch import Tensor
-from torch.distributed import ReduceOp
 from typing_extensions import override
 
 from pytorch_lightning.plugins.precision.hpu import HPUPrecisionPlugin
@@ -19,10 +16,6 @@ from pytorch_lightning.strategies._hpu import (
     _HPUParallelDevicesMixin,
     _HPUStrategyMixin,
 )
-
-# HCCL reduces with these; a mean is a sum divided by the world size
-_HCCL_REDUCE_OPS = {"sum": ReduceOp.SUM, "min": ReduceOp.MIN, "max": ReduceOp.MAX}
-_MEAN_OPS = ("mean", "avg")
 
 
 class HPUParallelStrategy(_HPUStrategyMixin, _HPUParallelDevicesMixin, DDPStrategy):
@@ -86,15 +79,6 @@ class HPUParallelStrategy(_HPUStrategyMixin, _HPUParallelDevicesMixin, DDPStrate
         if isinstance(self._launcher, _SubprocessScriptLauncher) and not isinstance(exception, SIGTERMException):
             self._launcher.kill(signal.SIGKILL)
 
-    @override
-    def reduce(
-        self,
-        tensor: Union[Tensor, Any],
-        group: Optional[Any] = None,
-        reduce_op: Optional[Union[ReduceOp, str]] = "mean",
-    ) -> Union[Tensor, Any]:
-        return hccl_reduce(tensor, group, reduce_op)
-
     @classmethod
     @override
     def register_strategies(cls, strategy_registry: _StrategyRegistry) -> None:
@@ -107,31 +91,6 @@ class HPUParallelStrategy(_HPUStrategyMixin, _HPUParallelDevicesMixin, DDPStrate
                 description=f"DDP over HCCL on HPUs, processes started with '{start_method}'",
                 start_method=start_method,
             )
-
-
-def hccl_reduce(
-    tensor: Union[Tensor, Any], group: Optional[Any] = None, reduce_op: Optional[Union[ReduceOp, str]] = "mean"
-) -> Union[Tensor, Any]:
-    """Reduce ``tensor`` over all processes with the operations HCCL supports.
-
-    A mean is a sum divided by the world size, and 64-bit integers travel as 32-bit floats, since HCCL has neither.
-    """
-    if not isinstance(tensor, Tensor) or not torch.distributed.is_initialized():
-        return tensor
-    op_name = "mean" if reduce_op is None else str(reduce_op).lower().rpartition(".")[2]
-    if op_name not in _HCCL_REDUCE_OPS and op_name not in _MEAN_OPS:
-        raise ValueError(
-            f"`reduce_op={reduce_op!r}` is not supported on HPU. Choose one of 'mean', 'sum', 'min' or 'max'."
-        )
-    original_dtype = tensor.dtype
-    as_float = op_name in _MEAN_OPS or original_dtype == torch.int64
-    result = tensor.to(torch.float32) if as_float and not original_dtype.is_floating_point else tensor.clone()
-    torch.distributed.all_reduce(result, op=_HCCL_REDUCE_OPS.get(op_name, ReduceOp.SUM), group=group)
-    if op_name in _MEAN_OPS:
-        result = result / torch.distributed.get_world_size(group)
-        # like upstream, the mean of integers is a float
-        return result.to(original_dtype) if original_dtype.is_floating_point else result
-    return result.to(original_dtype)
 
 
 # lightning-habana's name for the class

@@ -51,9 +51,9 @@ def resolve_hpu_flags(flags: dict[str, Any]) -> dict[str, Any]:
     if isinstance(strategy, str):
         strategy = hpu_name_of(strategy) or _CUDA_DATA_PARALLEL.get(strategy, strategy)
     elif type(strategy) is FSDPStrategy:
-        strategy = HPUFSDPStrategy.from_fsdp_strategy(strategy)
+        strategy = HPUFSDPStrategy.from_upstream(strategy)
     elif type(strategy) is ModelParallelStrategy:
-        strategy = HPUModelParallelStrategy.from_model_parallel_strategy(strategy)
+        strategy = HPUModelParallelStrategy.from_upstream(strategy)
 
     if not HPUAccelerator.is_available():
         raise MisconfigurationException(
