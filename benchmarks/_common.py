@@ -99,3 +99,49 @@ def step_clock(warmup: int) -> tuple:
         return [(b - a) * 1000 for a, b in zip(kept, kept[1:])]
 
     return _Clock(), milliseconds
+
+
+def launch_pair(script: str, arguments: Sequence[str], **environment: str) -> dict:
+    """Start ``script --worker ...`` as the 2 processes of a job, as ``torchrun`` would, and return the JSON that rank 0
+    printed last. ``MASTER_PORT`` is the first of the ports the processes' fits take one after the other
+    (``next_fit_group``)."""
+    from lightning.fabric.plugins.environments.lightning import find_free_network_port
+
+    base = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(find_free_network_port()), **environment}
+    processes = [
+        subprocess.Popen(
+            [sys.executable, script, "--worker", *arguments],
+            env={**base, "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2"},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for rank in range(2)
+    ]
+    outputs = [process.communicate() for process in processes]
+    for process, (_, stderr) in zip(processes, outputs):
+        if process.returncode != 0:
+            raise RuntimeError(f"a process exited with {process.returncode}:\n{stderr[-6000:]}")
+    return json.loads(outputs[0][0].strip().splitlines()[-1])
+
+
+def fit_groups() -> Callable[[], None]:
+    """In a process of ``launch_pair``: call the returned function before each fit. Each fit gets a process group of its
+    own, on a port of its own: a rank that starts the next group before the other rank has destroyed the last one
+    would otherwise find the old group's store and stale addresses. Lightning's teardown takes the rank variables
+    away; they are put back, as torchrun set them, for loops that read them."""
+    base_port = int(os.environ["MASTER_PORT"])
+    launched = {name: os.environ[name] for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE")}
+    fits = iter(range(1_000))
+
+    def next_fit() -> None:
+        os.environ["MASTER_PORT"] = str(base_port + next(fits))
+        os.environ.update(launched)
+
+    return next_fit
+
+
+def step_ratios(results: dict, numerator: str, denominator: str) -> list:
+    """Median-step-time ratios of the fits of two kinds taken one after the other (results of ``interleaved``)."""
+    pairs = zip(results[numerator], results[denominator])
+    return [statistics.median(top["ms"]) / statistics.median(bottom["ms"]) for top, bottom in pairs]

@@ -24,14 +24,12 @@ import hashlib
 import json
 import os
 import statistics
-import subprocess
-import sys
 import time
 import warnings
 from argparse import SUPPRESS, ArgumentParser
 from typing import Any
 
-from _common import interleaved, print_table, spread, use_gaudi_or_virtual
+from _common import fit_groups, interleaved, launch_pair, print_table, spread, step_ratios, use_gaudi_or_virtual
 
 use_gaudi_or_virtual()
 
@@ -174,17 +172,11 @@ def fit(steps: int, rank: int) -> dict:
 
 def worker(repeats: int, steps: int) -> None:
     """One of the two processes: every kind ``repeats`` times; rank 0 prints the results as one JSON line."""
-    rank, base_port = int(os.environ["LOCAL_RANK"]), int(os.environ["MASTER_PORT"])
-    launched = {name: os.environ[name] for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE")}
+    rank, next_fit = int(os.environ["LOCAL_RANK"]), fit_groups()
     warnings.filterwarnings("ignore", ".*does not have many workers.*")
-    fits = iter(range(len(KINDS) * repeats))
 
     def measure(kind: str, _: int) -> dict:
-        # a process group of its own per fit, on a port of its own: a rank that starts the next group before the
-        # other rank has destroyed the last one would otherwise find the old group's store and stale addresses
-        os.environ["MASTER_PORT"] = str(base_port + next(fits))
-        # Lightning's teardown takes the rank variables away; DeepSpeed's loop needs them, as torchrun set them
-        os.environ.update(launched)
+        next_fit()
         result = fit(steps, rank) if kind == "trainer hpu" else loop(kind.split()[1], steps, rank)
         starts = result["starts"][WARMUP:]
         ms = [(later - earlier) * 1000 for earlier, later in zip(starts, starts[1:])]
@@ -193,36 +185,6 @@ def worker(repeats: int, steps: int) -> None:
     results = interleaved(KINDS, repeats, measure)
     if rank == 0:
         print(json.dumps(results))
-
-
-def launch(repeats: int, steps: int) -> dict:
-    """Start the two processes as ``torchrun`` would and return rank 0's results."""
-    from lightning.fabric.plugins.environments.lightning import find_free_network_port
-
-    # the first of the ports the fits use one after the other
-    base = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(find_free_network_port())}
-    command = [sys.executable, __file__, "--worker", "--repeats", str(repeats), "--steps", str(steps)]
-    processes = [
-        subprocess.Popen(
-            command,
-            env={**base, "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(RANKS), "LOCAL_WORLD_SIZE": "2"},
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for rank in range(RANKS)
-    ]
-    outputs = [process.communicate() for process in processes]
-    for process, (_, stderr) in zip(processes, outputs):
-        if process.returncode != 0:
-            raise RuntimeError(f"a process exited with {process.returncode}:\n{stderr[-6000:]}")
-    return json.loads(outputs[0][0].strip().splitlines()[-1])
-
-
-def ratios(results: dict, numerator: str, denominator: str) -> list:
-    """Median-step-time ratios of the fits of two kinds taken one after the other."""
-    pairs = zip(results[numerator], results[denominator])
-    return [statistics.median(top["ms"]) / statistics.median(bottom["ms"]) for top, bottom in pairs]
 
 
 def _yes(condition: bool) -> str:
@@ -241,12 +203,12 @@ def main() -> None:
         worker(repeats, steps)
         return
 
-    results = launch(repeats, steps)
+    results = launch_pair(__file__, ["--repeats", str(repeats), "--steps", str(steps)])
     rows = []
     for kind, fits in results.items():
         ms = [value for result in fits for value in result["ms"]]
         rows.append([kind, spread(ms), f"{fits[-1]['loss']:.6f}", fits[-1]["weights"]])
-    device, lightning = ratios(results, "loop hpu", "loop cpu"), ratios(results, "trainer hpu", "loop hpu")
+    device, lightning = step_ratios(results, "loop hpu", "loop cpu"), step_ratios(results, "trainer hpu", "loop hpu")
     ends = {kind: [(result["loss"], result["weights"]) for result in fits] for kind, fits in results.items()}
     print(
         f"{RANKS} processes, ZeRO stage 2, bf16, {repeats} fit(s) x {steps} steps per kind, first {WARMUP} steps left"

@@ -27,14 +27,21 @@ rank 0, where the virtual Gaudi counts them. Last line ``fsdp_ratio_max=<float>`
 import json
 import os
 import statistics
-import subprocess
-import sys
 import time
 import warnings
 from argparse import SUPPRESS, ArgumentParser
 from typing import Any
 
-from _common import interleaved, is_virtual, print_table, spread, use_gaudi_or_virtual
+from _common import (
+    fit_groups,
+    interleaved,
+    is_virtual,
+    launch_pair,
+    print_table,
+    spread,
+    step_ratios,
+    use_gaudi_or_virtual,
+)
 
 use_gaudi_or_virtual()
 
@@ -186,19 +193,13 @@ def fit(steps: int, rank: int, probe: Probe) -> float:
 
 def worker(kinds: tuple, repeats: int, steps: int) -> None:
     """One of the two processes: every kind ``repeats`` times; rank 0 prints the results as one JSON line."""
-    rank, base_port = int(os.environ["LOCAL_RANK"]), int(os.environ["MASTER_PORT"])
-    launched = {name: os.environ[name] for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE")}
+    rank, next_fit = int(os.environ["LOCAL_RANK"]), fit_groups()
     warnings.filterwarnings("ignore", ".*does not have many workers.*")
     warnings.filterwarnings("ignore", ".*FSDP will always retain a full-precision copy.*")
     lazy = os.environ.get("PT_HPU_LAZY_MODE") == "1" and is_virtual()
-    fits = iter(range(len(kinds) * repeats))
 
     def measure(kind: str, _: int) -> dict:
-        # a process group of its own per fit, on a port of its own: a rank that starts the next group before the
-        # other rank has destroyed the last one would otherwise find the old group's store and stale addresses
-        os.environ["MASTER_PORT"] = str(base_port + next(fits))
-        # Lightning's teardown takes the rank variables away; the loop needs them, as torchrun set them
-        os.environ.update(launched)
+        next_fit()
         probe = Probe(count=lazy and kind.endswith("hpu"))
         loss = fit(steps, rank, probe) if kind == "trainer hpu" else loop(kind.split()[1], steps, rank, probe)
         starts = probe.starts[WARMUP:]
@@ -215,38 +216,6 @@ def worker(kinds: tuple, repeats: int, steps: int) -> None:
         print(json.dumps(results))
 
 
-def launch(kinds: tuple, repeats: int, steps: int, lazy: bool) -> dict:
-    """Start the two processes as ``torchrun`` would and return rank 0's results."""
-    from lightning.fabric.plugins.environments.lightning import find_free_network_port
-
-    # the first of the ports the fits use one after the other
-    base = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(find_free_network_port())}
-    if lazy:
-        base["PT_HPU_LAZY_MODE"] = "1"
-    command = [sys.executable, __file__, "--worker", ",".join(kinds), "--repeats", str(repeats), "--steps", str(steps)]
-    processes = [
-        subprocess.Popen(
-            command,
-            env={**base, "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(RANKS), "LOCAL_WORLD_SIZE": "2"},
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for rank in range(RANKS)
-    ]
-    outputs = [process.communicate() for process in processes]
-    for process, (_, stderr) in zip(processes, outputs):
-        if process.returncode != 0:
-            raise RuntimeError(f"a process exited with {process.returncode}:\n{stderr[-6000:]}")
-    return json.loads(outputs[0][0].strip().splitlines()[-1])
-
-
-def ratios(results: dict, numerator: str, denominator: str) -> list:
-    """Median-step-time ratios of the fits of two kinds taken one after the other."""
-    pairs = zip(results[numerator], results[denominator])
-    return [statistics.median(top["ms"]) / statistics.median(bottom["ms"]) for top, bottom in pairs]
-
-
 def main() -> None:
     parser = ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--fast", action="store_true", help="one short fit of each kind (smoke test)")
@@ -259,12 +228,12 @@ def main() -> None:
         worker(tuple(args.worker.split(",")), repeats, steps)
         return
 
-    results = launch(KINDS, repeats, steps, lazy=False)
+    results = launch_pair(__file__, [",".join(KINDS), "--repeats", str(repeats), "--steps", str(steps)])
     rows = []
     for kind, fits in results.items():
         ms = [value for result in fits for value in result["ms"]]
         rows.append([kind, spread(ms), f"{fits[-1]['loss']:.6f}"])
-    device, lightning = ratios(results, "loop hpu", "loop cpu"), ratios(results, "trainer hpu", "loop hpu")
+    device, lightning = step_ratios(results, "loop hpu", "loop cpu"), step_ratios(results, "trainer hpu", "loop hpu")
     print(
         f"{RANKS} processes, FSDP FULL_SHARD, bf16 mixed, {repeats} fit(s) x {steps} steps per kind, first {WARMUP}"
         f" steps left out; MLP {WIDTH}x{WIDTH}x{WIDTH}x{CLASSES}, batch {BATCH} per process, AdamW"
@@ -279,7 +248,9 @@ def main() -> None:
         print(f"final losses equal, {first} and {second}: {'yes' if equal else f'no (largest gap {gap:.2e})'}")
 
     if is_virtual():
-        lazy = launch(LAZY_KINDS, 1, steps, lazy=True)
+        lazy = launch_pair(
+            __file__, [",".join(LAZY_KINDS), "--repeats", "1", "--steps", str(steps)], PT_HPU_LAZY_MODE="1"
+        )
         rows = []
         for kind, (result,) in lazy.items():
             counts = result["per_step"]
