@@ -4,11 +4,7 @@ Multi-process tests start one interpreter per rank, as ``torchrun`` would (``RAN
 ``MASTER_ADDR``, ``MASTER_PORT`` and ``VIRTUAL_HPU=1``); each prints its results as one JSON line.
 """
 
-import json
 import os
-import socket
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -17,7 +13,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-SRC = str(Path(__file__).resolve().parents[2] / "src")
+from tests_virtual_hpu.ranks import run_ranks
 
 # Shared by every rank: activate from the environment, join the "hccl" group, report a dict as JSON.
 _PRELUDE = """
@@ -200,45 +196,11 @@ report()
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _run_ranks(code: str, tmp_path: Path, *args: str, world_size: int = 2) -> list[dict]:
     """Run ``code`` (after the prelude) as ``world_size`` ranks; return each rank's reported dict."""
     script = tmp_path / "rank.py"
     script.write_text(textwrap.dedent(_PRELUDE) + textwrap.dedent(code))
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("VIRTUAL_HPU", "PT_HPU", "OMPI_"))}
-    env.update(
-        VIRTUAL_HPU="1",
-        PYTHONPATH=os.pathsep.join(filter(None, [SRC, os.environ.get("PYTHONPATH")])),
-        MASTER_ADDR="127.0.0.1",
-        MASTER_PORT=str(_free_port()),
-        WORLD_SIZE=str(world_size),
-    )
-    ranks = [
-        subprocess.Popen(
-            [sys.executable, str(script), *args],
-            env={**env, "RANK": str(rank), "LOCAL_RANK": str(rank)},
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for rank in range(world_size)
-    ]
-    outputs = []
-    try:
-        for rank, process in enumerate(ranks):
-            stdout, stderr = process.communicate(timeout=150)
-            assert process.returncode == 0, f"rank {rank} failed:\n{stderr}"
-            outputs.append(json.loads(stdout.strip().splitlines()[-1]))
-    finally:
-        for process in ranks:
-            if process.poll() is None:
-                process.kill()
-    return outputs
+    return run_ranks(script, *args, world_size=world_size, timeout=150)
 
 
 @pytest.fixture(scope="module")
