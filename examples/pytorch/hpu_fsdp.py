@@ -56,7 +56,7 @@ class Llama(pl.LightningModule):
         """Only for ``--mode model_parallel``: with FSDP1, the strategy wraps the layers itself."""
         if self.device_mesh is None:
             return
-        from torch.distributed._composable.fsdp import fully_shard
+        from torch.distributed.fsdp import fully_shard
         from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
         tensor_parallel, data_parallel = self.device_mesh["tensor_parallel"], self.device_mesh["data_parallel"]

@@ -21,7 +21,7 @@ class ParallelRegression(Regression):
     """``ddp_run.py``'s regression model, parallelized in ``configure_model`` on ``self.device_mesh``."""
 
     def configure_model(self) -> None:
-        from torch.distributed._composable.fsdp import fully_shard
+        from torch.distributed.fsdp import fully_shard
         from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
         mesh = self.device_mesh

@@ -92,13 +92,11 @@ def uses_transformer_engine(module: nn.Module) -> bool:
 
 
 def prepare_for_fp8_training(module: nn.Module, replace_layers: bool) -> None:
-    """Swap the linear layers of ``module`` for Transformer Engine ones if asked and it has none yet; say so when
-    nothing in it would compute in fp8."""
-    if uses_transformer_engine(module):
-        return
+    """Swap the linear layers of ``module`` for Transformer Engine ones if asked; say so when nothing in it would
+    compute in fp8."""
     if replace_layers:
         replace_linear_layers(module)
-    else:
+    elif not uses_transformer_engine(module):
         rank_zero_info(
             "`precision='fp8'`: the model has no Transformer Engine modules, so it trains in bf16. Pass"
             " `HPUPrecisionPlugin(precision='fp8', replace_layers=True)` to put them in place of its linear layers."

@@ -285,10 +285,8 @@ class HPUFP8InferencePrecision(HPUMixedPrecision):
 
     _precisions = ("fp8",)
 
-    def __init__(
-        self, quant: Union[bool, str, dict] = True, fp8_data_path: Optional[str] = None, precision: str = "fp8"
-    ) -> None:
-        super().__init__(precision)
+    def __init__(self, quant: Union[bool, str, dict] = True, fp8_data_path: Optional[str] = None) -> None:
+        super().__init__("fp8")
         self.config = resolve_config(quant, fp8_data_path)
 
     @override
