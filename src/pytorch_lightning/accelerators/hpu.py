@@ -17,15 +17,19 @@ class HPUAccelerator(Accelerator):
     Select it with ``Trainer(accelerator="hpu")``; ``accelerator="auto"`` picks it whenever a Gaudi is present.
     """
 
-    # set by the HPU strategies when they set up: upstream's Trainer pairs an accelerator it does not know with its
-    # CPU/CUDA strategies, which then fail far from the cause (CUDA streams, collectives on the wrong device)
-    driven_by_hpu_strategy: bool = False
+    # upstream's Trainer pairs an accelerator it does not know with its CPU/CUDA strategies, which then fail far from
+    # the cause (CUDA streams, collectives on the wrong device): only an HPU strategy's accelerator sets devices up
+    _driven_by_hpu_strategy: bool = False
+
+    def attach_hpu_strategy(self) -> None:
+        """Called by an HPU strategy given this accelerator; the accelerator then sets up its devices."""
+        self._driven_by_hpu_strategy = True
 
     @override
     def setup_device(self, device: torch.device) -> None:
         if device.type != "hpu":
             raise MisconfigurationException(_needs_an_hpu_strategy(f"its strategy put the model on `{device}`"))
-        if not self.driven_by_hpu_strategy:
+        if not self._driven_by_hpu_strategy:
             raise MisconfigurationException(_needs_an_hpu_strategy("its strategy is not one of them"))
         if device.index is not None:
             import habana_frameworks.torch.hpu as hthpu
@@ -58,13 +62,13 @@ class HPUAccelerator(Accelerator):
             return HPUAccelerator.auto_device_count()
         if isinstance(devices, bool) or not isinstance(devices, int) or devices < 1:
             raise MisconfigurationException(
-                f"`Trainer(accelerator='hpu', devices={devices!r})` is not a valid input: HPU devices are selected by"
+                f"`accelerator='hpu', devices={devices!r}` is not a valid input: HPU devices are selected by"
                 " count. Pass a positive int (e.g. `devices=8`), -1 or 'auto' to use all of them."
             )
         available = HPUAccelerator.auto_device_count()
         if devices > available:
             raise MisconfigurationException(
-                f"`Trainer(accelerator='hpu', devices={devices})` requested {devices} HPUs but only {available}"
+                f"`accelerator='hpu', devices={devices}` requested {devices} HPUs but only {available}"
                 f" {'is' if available == 1 else 'are'} available. Pass `devices={available}` or fewer."
             )
         return devices

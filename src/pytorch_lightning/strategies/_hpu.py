@@ -1,5 +1,5 @@
-"""What every HPU strategy does on top of its upstream base: Gaudi checkpoint I/O, lazy-mode graph cuts, and (for
-the strategies that start one process per HPU) indexed parallel devices."""
+"""What every HPU strategy, of Fabric and of the Trainer, does on top of its upstream base: Gaudi checkpoint I/O,
+lazy-mode graph cuts, and (for the strategies that start one process per HPU) HCCL and indexed parallel devices."""
 
 import atexit
 import copy
@@ -13,28 +13,26 @@ from lightning.fabric.utilities.distributed import _destroy_dist_connection
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from torch import Tensor
 from torch.distributed import ReduceOp
-from torch.optim import Optimizer
 
+from pytorch_lightning.accelerators.hpu import HPUAccelerator
 from pytorch_lightning.plugins.io.hpu import HPUCheckpointIO
 from pytorch_lightning.plugins.precision.hpu import HPUPrecisionPlugin
 from pytorch_lightning.strategies._sigterm import SigtermAgreement
 
 
 class _HPUStrategyMixin:
-    """Mixed into each HPU strategy, before its upstream base class.
+    """Mixed into each HPU strategy, of Fabric and of the Trainer, before its upstream base class.
 
     In lazy mode Gaudi records operations into a graph that runs when ``mark_step()`` cuts it. We cut where a unit of
-    device work ends: after backward, after the optimizer step, and before and after each evaluation step, so graphs
-    keep the same shape from step to step and are compiled once. In eager mode there is nothing to cut and we add no
-    call. We never read a value back to the host here: that would force the pending graph to run mid-step.
-
-    With several processes, the ranks agree on a SIGTERM over a CPU process group (``sigterm_agreement``) rather than
-    with upstream's per-step broadcast of a device tensor read back on the host.
+    device work ends: after backward and after the optimizer step, so graphs keep the same shape from step to step and
+    are compiled once. In eager mode there is nothing to cut and we add no call. We never read a value back to the host
+    here: that would force the pending graph to run mid-step. Fabric and the Trainer call ``backward`` and
+    ``optimizer_step`` with different arguments; both pass through unchanged.
     """
 
+    _accelerator: Any
     _checkpoint_io: Optional[CheckpointIO]
     _graph_cut: Optional[Callable[[], None]] = None
-    sigterm_agreement: Optional[SigtermAgreement] = None
 
     @property
     def checkpoint_io(self) -> CheckpointIO:
@@ -46,9 +44,22 @@ class _HPUStrategyMixin:
     def checkpoint_io(self, io: Optional[CheckpointIO]) -> None:
         self._checkpoint_io = io
 
+    @property
+    def accelerator(self) -> Any:
+        return self._accelerator
+
+    @accelerator.setter
+    def accelerator(self, accelerator: Any) -> None:
+        # upstream's connectors give the strategy its accelerator before anything is moved to a device (Fabric moves
+        # modules before it sets the strategy up)
+        if isinstance(accelerator, HPUAccelerator):
+            accelerator.attach_hpu_strategy()
+        self._accelerator = accelerator
+
     def _setup_hpu(self) -> None:
         """The first step of every HPU strategy's set-up, before the accelerator's ``setup_device``."""
-        self.accelerator.driven_by_hpu_strategy = True  # type: ignore[union-attr]
+        if isinstance(self.accelerator, HPUAccelerator):
+            self.accelerator.attach_hpu_strategy()
         self._setup_graph_cuts()
 
     def _setup_graph_cuts(self) -> None:
@@ -63,6 +74,27 @@ class _HPUStrategyMixin:
     def setup_environment(self) -> None:
         self._setup_hpu()
         super().setup_environment()  # type: ignore[misc]
+
+    def backward(self, tensor: Tensor, *args: Any, **kwargs: Any) -> Any:
+        output = super().backward(tensor, *args, **kwargs)  # type: ignore[misc]
+        self._cut_graph()
+        return output
+
+    def optimizer_step(self, optimizer: Any, *args: Any, **kwargs: Any) -> Any:
+        output = super().optimizer_step(optimizer, *args, **kwargs)  # type: ignore[misc]
+        self._cut_graph()
+        return output
+
+
+class _HPUTrainerStrategyMixin(_HPUStrategyMixin):
+    """What the Trainer's HPU strategies add: graph cuts around each evaluation step, failures reported to the
+    precision plugin, and, with several processes, the ranks' agreement on SIGTERM over a CPU process group
+    (``sigterm_agreement``) rather than upstream's per-step broadcast of a device tensor read back on the host."""
+
+    sigterm_agreement: Optional[SigtermAgreement] = None
+
+    def setup_environment(self) -> None:
+        super().setup_environment()
         self._setup_sigterm_agreement()
 
     def _setup_sigterm_agreement(self) -> None:
@@ -81,16 +113,6 @@ class _HPUStrategyMixin:
         # the plugin then leaves what the run gathered unpublished (fp8 measurements)
         if isinstance(self.precision_plugin, HPUPrecisionPlugin):  # type: ignore[attr-defined]
             self.precision_plugin.on_exception(exception)  # type: ignore[attr-defined]
-
-    def backward(self, closure_loss: Tensor, optimizer: Optional[Optimizer], *args: Any, **kwargs: Any) -> Tensor:
-        output = super().backward(closure_loss, optimizer, *args, **kwargs)  # type: ignore[misc]
-        self._cut_graph()
-        return output
-
-    def optimizer_step(self, optimizer: Any, closure: Callable[[], Any], model: Any = None, **kwargs: Any) -> Any:
-        output = super().optimizer_step(optimizer, closure, model, **kwargs)  # type: ignore[misc]
-        self._cut_graph()
-        return output
 
     def _evaluation_step(self, step: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         self._cut_graph()
@@ -137,12 +159,10 @@ class _HPUParallelDevicesMixin:
 
     def _require_hpu_accelerator(self, upstream: str) -> None:
         """Refuse another accelerator before any work; ``upstream`` is the strategy to use on CUDA instead."""
-        from pytorch_lightning.accelerators.hpu import HPUAccelerator
-
         if not isinstance(self.accelerator, HPUAccelerator):
             raise MisconfigurationException(
                 f"`{type(self).__name__}` trains on HPUs but `{type(self.accelerator).__name__}` is used. Pass"
-                f" `Trainer(accelerator='hpu')`, or use `{upstream}` for CUDA GPUs."
+                f" `accelerator='hpu'`, or use `{upstream}` for CUDA GPUs."
             )
 
     def reduce(
@@ -151,6 +171,15 @@ class _HPUParallelDevicesMixin:
         group: Optional[Any] = None,
         reduce_op: Optional[Union[ReduceOp, str]] = "mean",
     ) -> Union[Tensor, Any]:
+        return hccl_reduce(tensor, group, reduce_op)
+
+    def all_reduce(
+        self,
+        tensor: Union[Tensor, Any],
+        group: Optional[Any] = None,
+        reduce_op: Optional[Union[ReduceOp, str]] = "mean",
+    ) -> Union[Tensor, Any]:
+        # Fabric's name for the Trainer's ``reduce``
         return hccl_reduce(tensor, group, reduce_op)
 
     @property

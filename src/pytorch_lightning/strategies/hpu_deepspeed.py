@@ -13,10 +13,10 @@ from torch.nn import Module
 from typing_extensions import override
 
 from pytorch_lightning.plugins.precision.hpu import HPUPrecisionPlugin
-from pytorch_lightning.strategies._hpu import _HPUParallelDevicesMixin, _HPUStrategyMixin
+from pytorch_lightning.strategies._hpu import _HPUParallelDevicesMixin, _HPUTrainerStrategyMixin
 
 # (name suffix, arguments) of the ZeRO presets, as upstream registers them for CUDA without the NVMe one
-_PRESETS: dict[str, dict[str, Any]] = {
+PRESETS: dict[str, dict[str, Any]] = {
     "": {},
     "_stage_1": {"stage": 1},
     "_stage_2": {"stage": 2},
@@ -26,7 +26,7 @@ _PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
-class HPUDeepSpeedStrategy(_HPUStrategyMixin, _HPUParallelDevicesMixin, DeepSpeedStrategy):
+class HPUDeepSpeedStrategy(_HPUTrainerStrategyMixin, _HPUParallelDevicesMixin, DeepSpeedStrategy):
     """Upstream's ``DeepSpeedStrategy`` on HPUs: one process per HPU over HCCL, DeepSpeed's HPU accelerator.
 
     It takes every argument of :class:`~lightning.pytorch.strategies.DeepSpeedStrategy` (``stage``,
@@ -43,7 +43,7 @@ class HPUDeepSpeedStrategy(_HPUStrategyMixin, _HPUParallelDevicesMixin, DeepSpee
 
     def __init__(self, *args: Any, process_group_backend: Optional[str] = "hccl", **kwargs: Any) -> None:
         super().__init__(*args, process_group_backend=process_group_backend, **kwargs)
-        _refuse_nvme(self.config, kwargs)
+        refuse_nvme(self.config, kwargs)
         self._linear_before_setup: Optional[Callable[..., Tensor]] = None
 
     @override
@@ -59,7 +59,7 @@ class HPUDeepSpeedStrategy(_HPUStrategyMixin, _HPUParallelDevicesMixin, DeepSpee
                 "ZeRO stage 3 partitions the model's parameters, which DeepSpeed cannot do with the fp8 weights of a"
                 " quantized model. Run fp8 inference with ZeRO stage 0, 1 or 2 (e.g. `strategy='hpu_deepspeed'`)."
             )
-        _use_deepspeed_hpu_accelerator()
+        use_deepspeed_hpu_accelerator()
         self._linear_before_setup = torch.nn.functional.linear
         self._setup_hpu()
         # upstream's `setup_environment` refuses anything but CUDA; the rest of the chain is what we need
@@ -76,11 +76,8 @@ class HPUDeepSpeedStrategy(_HPUStrategyMixin, _HPUParallelDevicesMixin, DeepSpee
     @override
     def _format_config(self) -> None:
         super()._format_config()
-        # fp8 trains with the engine in bf16; upstream's formatting knows no "fp8"
         assert isinstance(self.config, dict)
-        if self.precision_plugin.precision == "fp8" and "bf16" not in self.config:
-            rank_zero_info("fp8: DeepSpeed's engine holds the model in bf16, Transformer Engine modules compute in fp8")
-            self.config["bf16"] = {"enabled": True}
+        engine_in_bf16_for_fp8(self.config, self.precision_plugin.precision)
 
     @override
     def _initialize_deepspeed_train(self, model: Module) -> None:
@@ -111,7 +108,7 @@ class HPUDeepSpeedStrategy(_HPUStrategyMixin, _HPUParallelDevicesMixin, DeepSpee
     @classmethod
     @override
     def register_strategies(cls, strategy_registry: _StrategyRegistry) -> None:
-        for suffix, arguments in _PRESETS.items():
+        for suffix, arguments in PRESETS.items():
             strategy_registry.register(
                 f"{cls.strategy_name}{suffix}",
                 cls,
@@ -129,10 +126,17 @@ def hpu_name_of(name: str) -> Optional[str]:
     if not name.startswith("deepspeed"):
         return None
     suffix = name[len("deepspeed") :]
-    return f"{HPUDeepSpeedStrategy.strategy_name}{suffix}" if suffix in _PRESETS else None
+    return f"{HPUDeepSpeedStrategy.strategy_name}{suffix}" if suffix in PRESETS else None
 
 
-def _use_deepspeed_hpu_accelerator() -> None:
+def engine_in_bf16_for_fp8(config: dict[str, Any], precision: str) -> None:
+    """Under fp8 DeepSpeed's engine trains in bf16 (upstream's config formatting knows no "fp8")."""
+    if precision == "fp8" and "bf16" not in config:
+        rank_zero_info("fp8: DeepSpeed's engine holds the model in bf16, Transformer Engine modules compute in fp8")
+        config["bf16"] = {"enabled": True}
+
+
+def use_deepspeed_hpu_accelerator() -> None:
     """DeepSpeed picks its accelerator once, when first imported; if that happened before ``habana_frameworks`` was
     importable it chose the CPU, and every engine would then place its buffers there."""
     from deepspeed.accelerator import get_accelerator, set_accelerator
@@ -143,7 +147,7 @@ def _use_deepspeed_hpu_accelerator() -> None:
         set_accelerator(HPU_Accelerator())
 
 
-def _refuse_nvme(config: Optional[dict[str, Any]], arguments: dict[str, Any]) -> None:
+def refuse_nvme(config: Optional[dict[str, Any]], arguments: dict[str, Any]) -> None:
     if arguments.get("remote_device") == "nvme":
         _raise_nvme("remote_device='nvme'")
     for argument in ("offload_params_device", "offload_optimizer_device"):

@@ -9,11 +9,11 @@ from typing_extensions import override
 from pytorch_lightning.strategies._hpu import (
     _destroy_process_group_at_exit,
     _HPUParallelDevicesMixin,
-    _HPUStrategyMixin,
+    _HPUTrainerStrategyMixin,
 )
 
 
-class HPUFSDPStrategy(_HPUStrategyMixin, _HPUParallelDevicesMixin, FSDPStrategy):
+class HPUFSDPStrategy(_HPUTrainerStrategyMixin, _HPUParallelDevicesMixin, FSDPStrategy):
     """Upstream's ``FSDPStrategy`` on HPUs: one process per HPU over HCCL, parameters, gradients and optimizer state
     sharded across them.
 
@@ -28,13 +28,9 @@ class HPUFSDPStrategy(_HPUStrategyMixin, _HPUParallelDevicesMixin, FSDPStrategy)
     strategy_name = "hpu_fsdp"
 
     def __init__(self, *args: Any, process_group_backend: Optional[str] = "hccl", **kwargs: Any) -> None:
-        if "device_id" in kwargs:
-            raise ValueError(
-                f"`HPUFSDPStrategy(device_id={kwargs['device_id']!r})`: the strategy gives FSDP each process's own HPU"
-                " as its device. Remove `device_id`; choose the HPUs with `Trainer(devices=...)`."
-            )
+        refuse_device_id(type(self).__name__, kwargs)
         super().__init__(*args, process_group_backend=process_group_backend, **kwargs)
-        _refuse_replicas_without_shards(self.sharding_strategy.name, self.kwargs.get("device_mesh"))
+        refuse_replicas_without_shards(self.sharding_strategy.name, self.kwargs.get("device_mesh"))
 
     @override
     def setup_environment(self) -> None:
@@ -42,19 +38,10 @@ class HPUFSDPStrategy(_HPUStrategyMixin, _HPUParallelDevicesMixin, FSDPStrategy)
         # importing it registers the "hccl" backend with torch.distributed
         import habana_frameworks.torch.distributed.hccl  # noqa: F401
 
-        # upstream builds a mesh given as a shape on CUDA; it is built here, on HPUs, once the processes have met
-        mesh_shape = self.kwargs.pop("device_mesh", None) if isinstance(self.kwargs.get("device_mesh"), tuple) else None
+        mesh_shape = take_mesh_shape(self.kwargs)
         super().setup_environment()
         _destroy_process_group_at_exit()
-        own_groups = "HYBRID" in self.sharding_strategy.name or self.kwargs.get("process_group") is not None
-        if mesh_shape is None and "device_mesh" not in self.kwargs and not own_groups:
-            # with a mesh FSDP's sharded state dicts hold DTensors; without one, torch's ShardedTensor, which asks
-            # CUDA for its device on a rank that holds none of a tensor (any backend but gloo)
-            mesh_shape = (self.world_size,)
-        if mesh_shape is not None:
-            from torch.distributed.device_mesh import init_device_mesh
-
-            self.kwargs["device_mesh"] = init_device_mesh("hpu", mesh_shape)
+        put_hpu_mesh(self.kwargs, mesh_shape, self.sharding_strategy.name, self.world_size)
 
     @classmethod
     @override
@@ -68,7 +55,40 @@ class HPUFSDPStrategy(_HPUStrategyMixin, _HPUParallelDevicesMixin, FSDPStrategy)
         )
 
 
-def _refuse_replicas_without_shards(sharding_strategy: str, mesh: Any) -> None:
+def take_mesh_shape(fsdp_kwargs: dict[str, Any]) -> Optional[tuple[int, ...]]:
+    """A ``device_mesh`` given as a shape, taken out of FSDP's arguments before upstream's set-up, which builds it on
+    CUDA; :func:`put_hpu_mesh` builds it on HPUs once the processes have met."""
+    return fsdp_kwargs.pop("device_mesh") if isinstance(fsdp_kwargs.get("device_mesh"), tuple) else None
+
+
+def put_hpu_mesh(
+    fsdp_kwargs: dict[str, Any], mesh_shape: Optional[tuple[int, ...]], sharding_strategy: str, world_size: int
+) -> None:
+    """The HPU mesh FSDP runs over: the shape given, or by default one dimension over every rank.
+
+    With a mesh FSDP's sharded state dicts hold DTensors; without one, torch's ShardedTensor, which asks CUDA for its
+    device on a rank that holds none of a tensor (any backend but gloo). Hybrid sharding and explicit process groups
+    keep their own groups.
+    """
+    own_groups = "HYBRID" in sharding_strategy or fsdp_kwargs.get("process_group") is not None
+    if mesh_shape is None and "device_mesh" not in fsdp_kwargs and not own_groups:
+        mesh_shape = (world_size,)
+    if mesh_shape is not None:
+        from torch.distributed.device_mesh import init_device_mesh
+
+        fsdp_kwargs["device_mesh"] = init_device_mesh("hpu", mesh_shape)
+
+
+def refuse_device_id(owner: str, fsdp_kwargs: dict[str, Any]) -> None:
+    """FSDP's ``device_id`` is each process's own HPU, which the strategy gives it."""
+    if "device_id" in fsdp_kwargs:
+        raise ValueError(
+            f"`{owner}(device_id={fsdp_kwargs['device_id']!r})`: the strategy gives FSDP each process's own HPU"
+            " as its device. Remove `device_id`; choose the HPUs with `devices=...`."
+        )
+
+
+def refuse_replicas_without_shards(sharding_strategy: str, mesh: Any) -> None:
     """Torch runs ``HYBRID_SHARD`` over a mesh ``(N, 1)`` as ``NO_SHARD`` within one-rank groups, which never reduces
     gradients across the N replicas: each rank would train alone."""
     shape = tuple(mesh) if isinstance(mesh, tuple) else tuple(getattr(mesh, "shape", ()))

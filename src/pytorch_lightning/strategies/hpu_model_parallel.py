@@ -11,11 +11,11 @@ from typing_extensions import override
 from pytorch_lightning.strategies._hpu import (
     _destroy_process_group_at_exit,
     _HPUParallelDevicesMixin,
-    _HPUStrategyMixin,
+    _HPUTrainerStrategyMixin,
 )
 
 
-class HPUModelParallelStrategy(_HPUStrategyMixin, _HPUParallelDevicesMixin, ModelParallelStrategy):
+class HPUModelParallelStrategy(_HPUTrainerStrategyMixin, _HPUParallelDevicesMixin, ModelParallelStrategy):
     """Upstream's ``ModelParallelStrategy`` on HPUs: the LightningModule's ``configure_model`` applies FSDP2
     (``fully_shard``) and tensor parallelism (``parallelize_module``) on ``self.device_mesh``, a mesh of HPUs with the
     dimensions ``"data_parallel"`` and ``"tensor_parallel"``; checkpoints are distributed.

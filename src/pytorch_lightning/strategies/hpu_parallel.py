@@ -14,11 +14,11 @@ from pytorch_lightning.plugins.precision.hpu import HPUPrecisionPlugin
 from pytorch_lightning.strategies._hpu import (
     _destroy_process_group_at_exit,
     _HPUParallelDevicesMixin,
-    _HPUStrategyMixin,
+    _HPUTrainerStrategyMixin,
 )
 
 
-class HPUParallelStrategy(_HPUStrategyMixin, _HPUParallelDevicesMixin, DDPStrategy):
+class HPUParallelStrategy(_HPUTrainerStrategyMixin, _HPUParallelDevicesMixin, DDPStrategy):
     """DistributedDataParallel over HCCL, one process per HPU.
 
     ``Trainer(accelerator="hpu", devices=N)`` with ``N > 1`` or ``num_nodes > 1`` picks it; by name it is

@@ -11,10 +11,10 @@ from lightning.pytorch.plugins.precision import Precision
 from lightning.pytorch.strategies.single_device import SingleDeviceStrategy
 from typing_extensions import override
 
-from pytorch_lightning.strategies._hpu import _HPUStrategyMixin
+from pytorch_lightning.strategies._hpu import _HPUTrainerStrategyMixin
 
 
-class SingleHPUStrategy(_HPUStrategyMixin, SingleDeviceStrategy):
+class SingleHPUStrategy(_HPUTrainerStrategyMixin, SingleDeviceStrategy):
     """Trains on one HPU.
 
     ``Trainer(accelerator="hpu", devices=1)`` picks it; by name it is ``strategy="hpu_single"``.

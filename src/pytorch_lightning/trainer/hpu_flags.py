@@ -29,7 +29,7 @@ from pytorch_lightning.plugins.precision.hpu import HPUPrecisionPlugin
 from pytorch_lightning.plugins.precision.hpu_deepspeed import HPUDeepSpeedPrecisionPlugin
 from pytorch_lightning.plugins.precision.hpu_fsdp import HPUFSDPPrecision
 from pytorch_lightning.profilers.hpu import HPUProfiler
-from pytorch_lightning.strategies._hpu import _HPUStrategyMixin
+from pytorch_lightning.strategies._hpu import _HPUTrainerStrategyMixin
 from pytorch_lightning.strategies.hpu_deepspeed import HPUDeepSpeedStrategy, hpu_name_of
 from pytorch_lightning.strategies.hpu_fsdp import HPUFSDPStrategy
 from pytorch_lightning.strategies.hpu_model_parallel import HPUModelParallelStrategy
@@ -116,9 +116,9 @@ def _uses_hpu(accelerator: Union[str, Accelerator], strategy: Union[str, Strateg
 
 def _is_hpu_strategy(strategy: Union[str, Strategy]) -> bool:
     if isinstance(strategy, Strategy):
-        return isinstance(strategy, _HPUStrategyMixin)
+        return isinstance(strategy, _HPUTrainerStrategyMixin)
     if strategy in StrategyRegistry:
-        return issubclass(StrategyRegistry[strategy]["strategy"], _HPUStrategyMixin)
+        return issubclass(StrategyRegistry[strategy]["strategy"], _HPUTrainerStrategyMixin)
     return isinstance(strategy, str) and strategy.startswith("hpu")
 
 

@@ -29,12 +29,13 @@ _NEEDS_GAUDI2 = {"16-mixed": "bf16-mixed", "16-true": "bf16-true", "fp8": "bf16-
 
 
 class _BuiltByPrecision(type):
-    """Calling ``HPUPrecisionPlugin(...)`` builds the class of the precision it is given; every class's signature is
-    that of its constructor (what LightningCLI and the docs read)."""
+    """Calling an entry point (``HPUPrecisionPlugin(...)``, Fabric's ``HPUPrecision(...)``: a class that defines
+    ``_classes_by_precision``) builds the class of the precision it is given; every class's signature is that of its
+    constructor (what LightningCLI and the docs read)."""
 
     def __call__(cls, *args: Any, **kwargs: Any) -> Any:
-        if cls is HPUPrecisionPlugin:
-            chosen, arguments = _plugin_for(args, kwargs)
+        if "_classes_by_precision" in vars(cls):
+            chosen, arguments = _plugin_for(cls, args, kwargs)
             if chosen is not cls:
                 return chosen(**arguments)
         return super().__call__(*args, **kwargs)
@@ -85,6 +86,21 @@ class HPUPrecisionPlugin(Precision, metaclass=_BuiltByPrecision):
     ) -> None:
         # reached for "32-true" only: every other precision is built by its own class (``__new__``)
         self.precision = validate_precision(precision, ("32-true",), type(self).__name__)
+
+    @staticmethod
+    def _classes_by_precision() -> dict[str, type["HPUPrecisionPlugin"]]:
+        """The class the entry point builds for each precision other than ``"32-true"``."""
+        from pytorch_lightning.plugins.precision.hpu_fp8 import HPUFP8Precision
+        from pytorch_lightning.plugins.precision.hpu_half import HPUHalfPrecision
+        from pytorch_lightning.plugins.precision.hpu_mixed import HPUMixedPrecision
+
+        return {
+            "bf16-mixed": HPUMixedPrecision,
+            "16-mixed": HPUMixedPrecision,
+            "bf16-true": HPUHalfPrecision,
+            "16-true": HPUHalfPrecision,
+            "fp8": HPUFP8Precision,
+        }
 
     @property
     def fp8_training_available(self) -> bool:
@@ -208,29 +224,27 @@ def _gaudi2_or_newer() -> bool:
     return hthpu.get_device_name() != "GAUDI"
 
 
-def _plugin_for(args: tuple, kwargs: dict[str, Any]) -> tuple[type[HPUPrecisionPlugin], dict[str, Any]]:
-    """The class that runs the precision of these constructor arguments, and the arguments to build it with; those
-    given must be ones it takes."""
-    from pytorch_lightning.plugins.precision.hpu_fp8 import HPUFP8Precision
-    from pytorch_lightning.plugins.precision.hpu_half import HPUHalfPrecision
-    from pytorch_lightning.plugins.precision.hpu_mixed import HPUMixedPrecision
-
-    signature = inspect.signature(HPUPrecisionPlugin.__init__)
+def _plugin_for(
+    entry: type[HPUPrecisionPlugin], args: tuple, kwargs: dict[str, Any]
+) -> tuple[type[HPUPrecisionPlugin], dict[str, Any]]:
+    """The class that runs the precision of these arguments to the entry point ``entry``, and the arguments to build it
+    with; those given must be ones it takes."""
+    name = entry._entry_point
+    signature = inspect.signature(entry.__init__)
     try:
         bound = signature.bind(None, *args, **kwargs).arguments
     except TypeError as error:
-        raise TypeError(f"HPUPrecisionPlugin: {error}") from None
+        raise TypeError(f"{name}: {error}") from None
     precision = bound.get("precision", "32-true")
-    unified = validate_precision(precision, SUPPORTED, "HPUPrecisionPlugin")
-    chosen = {"bf16-mixed": HPUMixedPrecision, "16-mixed": HPUMixedPrecision, "fp8": HPUFP8Precision}.get(unified)
-    chosen = chosen or (HPUHalfPrecision if unified.endswith("-true") and unified != "32-true" else HPUPrecisionPlugin)
+    unified = validate_precision(precision, SUPPORTED, name)
+    chosen = entry._classes_by_precision().get(unified, entry)
     # LightningCLI passes every argument, those left at their defaults too
-    given = {name: value for name, value in list(bound.items())[2:] if value != signature.parameters[name].default}
-    accepted = {"precision"} if chosen is HPUPrecisionPlugin else set(inspect.signature(chosen.__init__).parameters)
+    given = {key: value for key, value in list(bound.items())[2:] if value != signature.parameters[key].default}
+    accepted = {"precision"} if chosen is entry else set(inspect.signature(chosen.__init__).parameters)
     unknown = sorted(set(given) - accepted)
     if unknown:
         raise ValueError(
-            f"`HPUPrecisionPlugin(precision={precision!r})` takes no {', '.join(f'`{name}`' for name in unknown)}:"
+            f"`{name}(precision={precision!r})` takes no {', '.join(f'`{key}`' for key in unknown)}:"
             " op lists apply to 'bf16-mixed', '16-mixed' and 'fp8'; `recipe` and `replace_layers` to 'fp8'."
         )
     return chosen, {"precision": precision, **given}
