@@ -39,6 +39,12 @@ setup(
     python_requires=">=3.9",
     install_requires=_requirements("base"),
     extras_require={name: _requirements(name) for name in ("test", "docs", "deepspeed", "fp8", "profiler")},
-    # `import torch` activates the virtual Gaudi (only with VIRTUAL_HPU=1), as it loads the real bridge
-    entry_points={"torch.backends": ["virtual_hpu = virtual_hpu._autoload:autoload"]},
+    # `import torch` activates the virtual Gaudi (only with VIRTUAL_HPU=1), as it loads the real bridge, and on a Gaudi
+    # lets Fabric resolve HPU flags (see src/_lightning_hpu)
+    entry_points={
+        "torch.backends": [
+            "virtual_hpu = virtual_hpu._autoload:autoload",
+            "lightning_hpu = _lightning_hpu:autoload",
+        ]
+    },
 )

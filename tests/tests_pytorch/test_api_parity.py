@@ -117,6 +117,9 @@ def test_lightning_fabric_alias():
     from lightning_fabric.strategies.ddp import DDPStrategy
     from lightning_fabric.utilities.seed import seed_everything
 
-    assert lightning_fabric is lightning.fabric
+    # our own package, re-exporting every upstream name as the same object
+    assert lightning_fabric.Fabric is lightning.fabric.Fabric
+    assert set(lightning.fabric.__all__) <= set(lightning_fabric.__all__)
+    assert lightning_fabric.strategies.DDPStrategy is lightning.fabric.strategies.DDPStrategy
     assert DDPStrategy is lightning.fabric.strategies.ddp.DDPStrategy
     assert seed_everything is lightning.fabric.utilities.seed.seed_everything

@@ -79,7 +79,7 @@ def test_install_over_upstream_leaves_only_ours(wheel, tmp_path):
     script = (
         "import pytorch_lightning as pl, lightning_fabric, lightning.fabric;"
         f"assert pl.__file__.startswith({str(site_packages)!r}), pl.__file__;"
-        "assert lightning_fabric is lightning.fabric;"
+        "assert lightning_fabric.Fabric is lightning.fabric.Fabric;"
         "print(pl.__version__)"
     )
     out = subprocess.check_output([str(python), "-c", script], text=True)

@@ -64,3 +64,51 @@ def test_the_host_fp8_gemm_the_amx_simulation_overrides():
         "aten::_scaled_mm has no CPU kernel any more: re-check tests_virtual_hpu/amx_host.py"
     )
     assert callable(torch.library.Library._destroy), "torch.library.Library._destroy is gone: re-check amx_host.py"
+
+
+def test_fabric_builds_the_connector_named_in_its_module():
+    """``_lightning_hpu``: Fabric resolves HPU flags because its module's name ``_Connector`` is made to refer to
+    ``HPUConnector``, a subclass of upstream's connector taking the same arguments."""
+    import lightning.fabric.fabric as fabric_module
+
+    from _lightning_hpu.connector import HPUConnector
+
+    message = "Fabric no longer builds `_Connector(...)` from its module: re-check src/_lightning_hpu"
+    assert _called_in(fabric_module.Fabric.__init__, "self._connector = _Connector("), message
+    upstream = HPUConnector.__base__
+    assert (upstream.__module__, upstream.__name__) == ("lightning.fabric.connector", "_Connector"), message
+    assert inspect.signature(HPUConnector.__init__) == inspect.signature(upstream.__init__), message
+
+
+@pytest.mark.parametrize(
+    ("caller", "call"),
+    [
+        ("DDPStrategy._setup_distributed", "self._get_process_group_backend()"),
+        ("DeepSpeedStrategy._init_deepspeed_distributed", "self._get_process_group_backend()"),
+        ("DDPStrategy.setup_module", "self._determine_ddp_device_ids()"),
+        ("DDPStrategy.setup_environment", "self._setup_distributed()"),
+        ("DeepSpeedStrategy.setup_environment", "isinstance(self.accelerator, CUDAAccelerator)"),
+        ("DeepSpeedStrategy._setup_distributed", "self._format_config()"),
+    ],
+)
+def test_fabric_strategy_hooks(caller, call):
+    """``lightning_fabric/strategies``: the HPU strategies override these private hooks of upstream's Fabric strategies
+    (the backend, DDP's device ids, DeepSpeed's config), and skip DeepSpeed's ``setup_environment``, which refuses
+    anything but CUDA, for the rest of its chain."""
+    from lightning.fabric import strategies
+
+    class_name, method = caller.split(".")
+    assert _called_in(getattr(getattr(strategies, class_name), method), call), (
+        f"upstream's Fabric {caller} no longer calls {call}: re-check lightning_fabric/strategies"
+    )
+
+
+def test_fabric_precision_hooks():
+    """``lightning_fabric/plugins/precision/hpu.py``: the Fabric HPU plugins take Fabric's own backward and step."""
+    from lightning.fabric.plugins.precision import DeepSpeedPrecision, Precision
+
+    for hook, parameters in (("backward", ["self", "tensor", "model"]), ("optimizer_step", ["self", "optimizer"])):
+        for plugin in (Precision, DeepSpeedPrecision):
+            assert list(inspect.signature(getattr(plugin, hook)).parameters)[: len(parameters)] == parameters, (
+                f"Fabric's {plugin.__name__}.{hook} changed: re-check lightning_fabric/plugins/precision/hpu.py"
+            )

@@ -1,0 +1,14 @@
+"""Upstream's ``lightning.fabric.accelerators`` plus the Intel Gaudi accelerator, the same class the Trainer uses."""
+
+import lightning.fabric.accelerators as _upstream
+from lightning.fabric.accelerators import ACCELERATOR_REGISTRY
+
+from pytorch_lightning import _aliasing
+from pytorch_lightning.accelerators.hpu import HPUAccelerator
+
+__all__ = ["HPUAccelerator"]
+
+if HPUAccelerator.name() not in ACCELERATOR_REGISTRY:
+    HPUAccelerator.register_accelerators(ACCELERATOR_REGISTRY)
+
+_aliasing.extend_upstream(__name__, _upstream)

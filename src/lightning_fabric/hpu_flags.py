@@ -1,0 +1,152 @@
+"""Turn Fabric's HPU flags into objects upstream's connector accepts.
+
+Upstream's Fabric accepts an accelerator instance, a registered strategy name and a ``Precision`` in ``plugins``, but
+never picks HPU for ``"auto"``, maps ``"ddp"``/``"deepspeed"`` to its CUDA/CPU strategies and its precision flags to
+CUDA's plugins. ``_lightning_hpu.connector.HPUConnector`` calls :func:`resolve_hpu_flags` before upstream's connector
+runs; HPU misconfigurations fail here, before any work.
+"""
+
+from typing import Any, Union
+
+from lightning.fabric.accelerators import Accelerator
+from lightning.fabric.plugins.precision import DeepSpeedPrecision, FSDPPrecision, MixedPrecision, Precision
+from lightning.fabric.strategies import STRATEGY_REGISTRY, FSDPStrategy, Strategy
+
+from lightning_fabric.plugins.precision import HPUDeepSpeedPrecision, HPUFSDPPrecision, HPUPrecision
+from lightning_fabric.plugins.precision.hpu import FabricHooks
+from lightning_fabric.strategies import HPUDeepSpeedStrategy, HPUFSDPStrategy, HPUParallelStrategy, SingleHPUStrategy
+from pytorch_lightning.accelerators.hpu import HPUAccelerator
+from pytorch_lightning.strategies._hpu import _HPUStrategyMixin
+from pytorch_lightning.strategies.hpu_deepspeed import hpu_name_of
+from pytorch_lightning.trainer.hpu_flags import _as_list, _describe
+
+# upstream's names -> the HPU strategy that does the same over HCCL
+_CUDA_NAMES = {
+    "ddp": "hpu_parallel",
+    "ddp_spawn": "hpu_parallel_spawn",
+    "fsdp": "hpu_fsdp",
+    "fsdp_cpu_offload": "hpu_fsdp_cpu_offload",
+}
+# Fabric's fp8 flag on CUDA (NVIDIA's Transformer Engine) is fp8 with Gaudi's
+_CUDA_PRECISIONS = {"transformer-engine": "fp8"}
+
+
+def resolve_hpu_flags(flags: dict[str, Any]) -> dict[str, Any]:
+    """Return Fabric's arguments with HPU flags resolved; arguments that do not involve HPU come back unchanged."""
+    accelerator, strategy = _lower(flags["accelerator"]), _lower(flags["strategy"])
+    if not _uses_hpu(accelerator, strategy):
+        return flags
+    if isinstance(strategy, str):
+        strategy = hpu_name_of(strategy) or _CUDA_NAMES.get(strategy, strategy)
+    elif type(strategy) is FSDPStrategy:
+        strategy = HPUFSDPStrategy.from_upstream(strategy)
+    if not HPUAccelerator.is_available():
+        raise RuntimeError(
+            "`Fabric(accelerator='hpu')` was requested but no Intel Gaudi is available: the `habana_frameworks`"
+            " package is not installed or sees no device. Install the Intel Gaudi software stack, or set"
+            " `VIRTUAL_HPU=1` to run on the virtual Gaudi."
+        )
+    single = isinstance(strategy, SingleHPUStrategy) or strategy == SingleHPUStrategy.strategy_name
+    devices = 1 if single and flags["devices"] == "auto" else HPUAccelerator.parse_devices(flags["devices"])
+    hpu_strategy = _hpu_strategy(strategy, devices, flags["num_nodes"], chosen_by_auto=accelerator == "auto")
+    precision = flags["precision"]
+    if isinstance(precision, str):
+        precision = _CUDA_PRECISIONS.get(precision, precision)
+    return {
+        **flags,
+        "accelerator": accelerator if isinstance(accelerator, HPUAccelerator) else HPUAccelerator(),
+        "devices": devices,
+        "strategy": hpu_strategy,
+        **_hpu_precision(precision, _as_list(flags["plugins"]), _precision_family(hpu_strategy)),
+    }
+
+
+def _lower(flag: Any) -> Any:
+    return flag.lower() if isinstance(flag, str) else flag
+
+
+def _uses_hpu(accelerator: Union[str, Accelerator], strategy: Union[str, Strategy]) -> bool:
+    if isinstance(accelerator, HPUAccelerator) or accelerator == "hpu":
+        return True
+    if _is_hpu_strategy(strategy):
+        if accelerator != "auto":
+            raise ValueError(
+                f"`Fabric(strategy={_describe(strategy)})` runs on HPUs but `accelerator={_describe(accelerator)}` was"
+                " given. Use `accelerator='hpu'` (or 'auto'), or choose a strategy for that accelerator."
+            )
+        return True
+    # "auto" prefers a Gaudi, unless a strategy instance already carries another accelerator
+    strategy_accelerator = strategy.accelerator if isinstance(strategy, Strategy) else None
+    return accelerator == "auto" and strategy_accelerator is None and HPUAccelerator.is_available()
+
+
+def _is_hpu_strategy(strategy: Union[str, Strategy]) -> bool:
+    if isinstance(strategy, Strategy):
+        return isinstance(strategy, _HPUStrategyMixin)
+    if strategy in STRATEGY_REGISTRY:
+        return issubclass(STRATEGY_REGISTRY[strategy]["strategy"], _HPUStrategyMixin)
+    return isinstance(strategy, str) and strategy.startswith("hpu")
+
+
+def _hpu_strategy(
+    strategy: Union[str, Strategy], devices: int, num_nodes: int, chosen_by_auto: bool
+) -> Union[str, Strategy]:
+    distributed = devices > 1 or num_nodes > 1
+    if strategy == "auto":
+        return HPUParallelStrategy.strategy_name if distributed else SingleHPUStrategy.strategy_name
+    if not _is_hpu_strategy(strategy) or (isinstance(strategy, str) and strategy not in STRATEGY_REGISTRY):
+        names = sorted(name for name in STRATEGY_REGISTRY if _is_hpu_strategy(name))
+        accelerator = "'auto'` (which picks the Gaudi on this machine)" if chosen_by_auto else "'hpu'`"
+        raise ValueError(
+            f"`Fabric(strategy={_describe(strategy)})` is not supported with `accelerator={accelerator}: HPUs run"
+            f" with an HPU strategy. Choose one of {', '.join(names)}, or leave `strategy='auto'`"
+            + (", or set `accelerator='cpu'`." if chosen_by_auto else ".")
+        )
+    if (isinstance(strategy, SingleHPUStrategy) or strategy == SingleHPUStrategy.strategy_name) and distributed:
+        raise ValueError(
+            f"`strategy={_describe(strategy)}` runs on one HPU but `devices={devices}, num_nodes={num_nodes}` asks"
+            f" for more. Use `strategy='{HPUParallelStrategy.strategy_name}'`, or `devices=1`."
+        )
+    return strategy
+
+
+# the precision plugins of the strategies whose own plugins are not the general HPU ones, and upstream's equivalents
+_FAMILIES = {HPUDeepSpeedStrategy: HPUDeepSpeedPrecision, HPUFSDPStrategy: HPUFSDPPrecision}
+_UPSTREAM_EQUIVALENTS = {HPUDeepSpeedPrecision: DeepSpeedPrecision, HPUFSDPPrecision: FSDPPrecision}
+
+
+def _precision_family(strategy: Union[str, Strategy]) -> type[Precision]:
+    strategy_class = STRATEGY_REGISTRY[strategy]["strategy"] if isinstance(strategy, str) else type(strategy)
+    return next((family for owner, family in _FAMILIES.items() if issubclass(strategy_class, owner)), HPUPrecision)
+
+
+def _hpu_precision(precision: Any, plugins: list[Any], family: type[Precision]) -> dict[str, Any]:
+    """The HPU precision plugin of the strategy's family (DeepSpeed's leaves backward and the step to its engine,
+    FSDP's sets the dtypes of the shards)."""
+    precision_plugins = [plugin for plugin in plugins if isinstance(plugin, Precision)]
+    if not precision_plugins:
+        plugin = family("32-true" if precision is None else precision)
+        return {"precision": None, "plugins": [*plugins, plugin]}
+    # upstream reports a precision flag given together with a precision plugin
+    given = precision_plugins[0]
+    ours = _as_hpu_plugin(given, family)
+    return {"precision": precision, "plugins": [ours if plugin is given else plugin for plugin in plugins]}
+
+
+def _as_hpu_plugin(plugin: Precision, family: type[Precision]) -> Precision:
+    """The HPU plugin for a precision plugin passed in ``plugins``; upstream's own ones where they mean the same."""
+    special = tuple(_FAMILIES.values())
+    if isinstance(plugin, FabricHooks) and (
+        isinstance(plugin, family) if family in special else not isinstance(plugin, special)
+    ):
+        return plugin
+    if type(plugin) in (Precision, _UPSTREAM_EQUIVALENTS.get(family)):
+        return family(plugin.precision)  # type: ignore[call-arg]
+    if family is HPUPrecision and type(plugin) is MixedPrecision and plugin.device == "hpu":
+        # upstream's autocast plugin for the HPU, as lightning-habana accepted it
+        return family(plugin.precision)  # type: ignore[call-arg]
+    strategies = {HPUDeepSpeedPrecision: " with DeepSpeed", HPUFSDPPrecision: " with FSDP"}
+    raise ValueError(
+        f"`plugins=[{type(plugin).__name__}(...)]` does not run on HPU{strategies.get(family, '')}."
+        f" Pass `{family.__name__}(precision=...)` instead, or use the `precision` flag."
+    )

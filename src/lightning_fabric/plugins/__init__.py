@@ -1,0 +1,26 @@
+"""Upstream's ``lightning.fabric.plugins`` plus the Intel Gaudi precision plugins and checkpoint I/O for Fabric."""
+
+import lightning.fabric.plugins as _upstream
+
+from lightning_fabric.plugins.precision import (
+    HPUDeepSpeedPrecision,
+    HPUFP8Precision,
+    HPUFSDPPrecision,
+    HPUHalfPrecision,
+    HPUMixedPrecision,
+    HPUPrecision,
+)
+from pytorch_lightning import _aliasing
+from pytorch_lightning.plugins.io.hpu import HPUCheckpointIO
+
+__all__ = [
+    "HPUCheckpointIO",
+    "HPUDeepSpeedPrecision",
+    "HPUFP8Precision",
+    "HPUFSDPPrecision",
+    "HPUHalfPrecision",
+    "HPUMixedPrecision",
+    "HPUPrecision",
+]
+
+_aliasing.extend_upstream(__name__, _upstream)

@@ -1,0 +1,57 @@
+"""Fabric strategy for data-parallel training over several Intel Gaudi devices and nodes."""
+
+from typing import Any, Optional
+
+from lightning.fabric.strategies import DDPStrategy, _StrategyRegistry
+from typing_extensions import override
+
+from pytorch_lightning.strategies._hpu import (
+    _destroy_process_group_at_exit,
+    _HPUParallelDevicesMixin,
+    _HPUStrategyMixin,
+)
+
+
+class HPUParallelStrategy(_HPUStrategyMixin, _HPUParallelDevicesMixin, DDPStrategy):
+    """DistributedDataParallel over HCCL for Fabric, one process per HPU.
+
+    ``Fabric(accelerator="hpu", devices=N)`` with ``N > 1`` picks it, and so do upstream's ``"ddp"`` and
+    ``"ddp_spawn"`` with an HPU; by name it is ``strategy="hpu_parallel"`` (processes started by
+    ``fabric.launch()`` as subprocesses of the script, or by ``torchrun``), ``"hpu_parallel_spawn"`` or
+    ``"hpu_ddp"``. DDP's options (``find_unused_parameters``, ``static_graph``, ...) pass through as for
+    ``DDPStrategy``.
+    """
+
+    strategy_name = "hpu_parallel"
+
+    def __init__(self, *args: Any, process_group_backend: Optional[str] = "hccl", **kwargs: Any) -> None:
+        super().__init__(*args, process_group_backend=process_group_backend, **kwargs)
+
+    @override
+    def _setup_distributed(self) -> None:
+        # importing it registers the "hccl" backend with torch.distributed
+        import habana_frameworks.torch.distributed.hccl  # noqa: F401
+
+        super()._setup_distributed()
+        _destroy_process_group_at_exit()
+
+    @override
+    def _determine_ddp_device_ids(self) -> None:
+        # each process drives exactly one HPU, which the module already lives on
+        return None
+
+    @classmethod
+    @override
+    def register_strategies(cls, strategy_registry: _StrategyRegistry) -> None:
+        names = ((cls.strategy_name, "popen"), (f"{cls.strategy_name}_spawn", "spawn"), ("hpu_ddp", "popen"))
+        for name, start_method in names:
+            strategy_registry.register(
+                name,
+                cls,
+                description=f"Fabric DDP over HCCL on HPUs, processes started with '{start_method}'",
+                start_method=start_method,
+            )
+
+
+# lightning-habana's name for the class
+HPUDDPStrategy = HPUParallelStrategy

@@ -1,0 +1,39 @@
+"""Fabric strategy for one Intel Gaudi device."""
+
+from typing import Optional
+
+import torch
+from lightning.fabric.accelerators import Accelerator
+from lightning.fabric.plugins import CheckpointIO
+from lightning.fabric.plugins.precision import Precision
+from lightning.fabric.strategies import SingleDeviceStrategy, _StrategyRegistry
+from lightning.fabric.utilities.types import _DEVICE
+from typing_extensions import override
+
+from pytorch_lightning.strategies._hpu import _HPUStrategyMixin
+
+
+class SingleHPUStrategy(_HPUStrategyMixin, SingleDeviceStrategy):
+    """Fabric on one HPU.
+
+    ``Fabric(accelerator="hpu", devices=1)`` picks it; by name it is ``strategy="hpu_single"``.
+    """
+
+    strategy_name = "hpu_single"
+
+    def __init__(
+        self,
+        device: _DEVICE = "hpu:0",
+        accelerator: Optional[Accelerator] = None,
+        checkpoint_io: Optional[CheckpointIO] = None,
+        precision: Optional[Precision] = None,
+    ) -> None:
+        device = torch.device(device)
+        if device.type != "hpu":
+            raise ValueError(f"`SingleHPUStrategy(device={device!r})` needs an HPU device, e.g. 'hpu:0'.")
+        super().__init__(device=device, accelerator=accelerator, checkpoint_io=checkpoint_io, precision=precision)
+
+    @classmethod
+    @override
+    def register_strategies(cls, strategy_registry: _StrategyRegistry) -> None:
+        strategy_registry.register(cls.strategy_name, cls, description="Fabric on a single HPU")

@@ -1,0 +1,112 @@
+"""Train a small network with Lightning Fabric, importing only ``lightning`` (as a Fabric user's script does), and
+save what each rank ends with.
+
+Each rank trains on its own rows of a fixed batch (rank ``r`` of ``w`` takes rows ``r::w``), so a run on ``w`` ranks
+steps exactly like one process on the union of the rows. Started directly it launches its ranks with
+``fabric.launch()``; started by ``torchrun`` it is one of them. Each rank saves ``rank<N>.pt`` in ``--out``: the final
+parameters, the losses, the classes Fabric chose, and the virtual Gaudi's counter increments per steady step.
+"""
+
+import os
+import sys
+from argparse import ArgumentParser
+from contextlib import nullcontext
+
+import lightning as L
+import torch
+from torch import nn
+from torch.distributed.fsdp import FullyShardedDataParallel
+
+ROWS = 16
+
+
+def model() -> nn.Module:
+    return nn.Sequential(nn.Linear(6, 32), nn.LayerNorm(32), nn.GELU(), nn.Linear(32, 3))
+
+
+def counters() -> dict:
+    virtual_hpu = sys.modules.get("virtual_hpu")
+    if virtual_hpu is None or not virtual_hpu.is_active():
+        return {}
+    from virtual_hpu import accounting
+
+    return accounting.counters()
+
+
+def train(fabric: L.Fabric, args) -> None:
+    fabric.seed_everything(7)
+    network = model()
+    optimizer = torch.optim.AdamW(network.parameters(), lr=0.05)
+    network, optimizer = fabric.setup(network, optimizer)
+    generator = torch.Generator().manual_seed(3)
+    inputs, targets = torch.randn(ROWS, 6, generator=generator), torch.randint(0, 3, (ROWS,), generator=generator)
+    rows = slice(fabric.global_rank, None, fabric.world_size)
+    inputs, targets = fabric.to_device((inputs[rows], targets[rows]))
+    losses, snapshots = [], []
+    for _ in range(args.steps):
+        snapshots.append(counters())
+        loss = nn.functional.cross_entropy(network(inputs).float(), targets)
+        fabric.backward(loss)
+        if args.clip:
+            fabric.clip_gradients(network, optimizer, max_norm=args.clip)
+        optimizer.step()
+        optimizer.zero_grad()
+        losses.append(loss.detach())
+    state = {"model": network, "optimizer": optimizer, "step": args.steps}
+    if args.checkpoint:
+        fabric.save(args.checkpoint, state)
+    parameters = full_parameters(network)
+    record = {
+        "parameters": parameters,
+        "losses": [float(loss) for loss in losses],
+        "mean_loss": float(fabric.all_reduce(losses[-1].float(), reduce_op="mean")),
+        "gathered_rank": fabric.all_gather(torch.tensor([fabric.global_rank], device=fabric.device)).cpu().tolist(),
+        "broadcast": fabric.broadcast(fabric.global_rank * 10 + 5, src=0),
+        "classes": {
+            "accelerator": type(fabric.accelerator).__name__,
+            "strategy": type(fabric.strategy).__name__,
+            "precision": type(fabric._precision).__name__,
+            "device": str(fabric.device),
+            "backend": torch.distributed.get_backend() if torch.distributed.is_initialized() else None,
+        },
+        "per_step": per_step(snapshots),
+    }
+    fabric.barrier()
+    torch.save(record, os.path.join(args.out, f"rank{fabric.global_rank}.pt"))
+
+
+def full_parameters(network: nn.Module) -> dict:
+    """The whole parameters, by their names in the model as written, gathered first under FSDP."""
+    sharded = [module for module in network.modules() if isinstance(module, FullyShardedDataParallel)]
+    with FullyShardedDataParallel.summon_full_params(sharded[0]) if sharded else nullcontext():
+        return {name: tensor.detach().float().cpu().clone() for name, tensor in network.module.named_parameters()}
+
+
+def per_step(snapshots: list, warmup: int = 2) -> dict:
+    """Counter increments between consecutive steps after ``warmup`` steps, as sets of distinct values."""
+    steady = [snapshot for snapshot in snapshots[warmup:] if snapshot]
+    return {
+        key: sorted({later[key] - earlier[key] for earlier, later in zip(steady, steady[1:])})
+        for key in ("mark_steps", "host_syncs", "graphs")
+    }
+
+
+def main() -> None:
+    parser = ArgumentParser()
+    parser.add_argument("--out", required=True, help="a folder, created if missing")
+    parser.add_argument("--accelerator", default="auto")
+    parser.add_argument("--devices", default="1")
+    parser.add_argument("--strategy", default="auto")
+    parser.add_argument("--precision", default=None)
+    parser.add_argument("--steps", type=int, default=4)
+    parser.add_argument("--clip", type=float, default=0.0)
+    parser.add_argument("--checkpoint", default=None)
+    args = parser.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    devices = int(args.devices) if args.devices.lstrip("-").isdigit() else args.devices
+    fabric = L.Fabric(accelerator=args.accelerator, devices=devices, strategy=args.strategy, precision=args.precision)
+    fabric.launch(train, args)
+
+
+if __name__ == "__main__":
+    main()
