@@ -21,6 +21,7 @@ EXPECTED_HEADLINES = {
     "deepspeed": "deepspeed_ratio_max",
     "distributed": "ddp_ratio",
     "execution_modes": "compilations_per_step_compiled",
+    "fabric": "fabric_ratio_max",
     "fp8": "fp8_step_ratio",
     "fsdp": "fsdp_ratio_max",
     "graph_cuts": "host_syncs_per_step_default",
@@ -77,6 +78,9 @@ def test_what_does_not_depend_on_timing(run_all):
     outputs, _ = run_all
     # the Trainer and the hand-written loop end with the same loss and weights, bit for bit
     rows = [line for line in outputs["trainer_overhead"].splitlines() if line.startswith(("| hpu", "| cpu"))]
+    assert len(rows) == 3 and all(row.rstrip(" |").endswith("bitwise") for row in rows)
+    # the Fabric loop and the hand-written loop end with the same loss and weights, bit for bit
+    rows = [line for line in outputs["fabric"].splitlines() if line.startswith(("| hpu", "| cpu"))]
     assert len(rows) == 3 and all(row.rstrip(" |").endswith("bitwise") for row in rows)
     # DeepSpeed's loop on the HPU and on the CPU, and the Trainer with hpu_deepspeed_stage_2, end alike, bit for bit
     assert "bitwise equal, loop hpu and loop cpu: yes" in outputs["deepspeed"]

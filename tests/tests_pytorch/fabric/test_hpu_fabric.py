@@ -167,7 +167,7 @@ def test_lazy_mode_cuts_after_backward_and_step_without_host_syncs(tmp_path):
 
 
 @pytest.mark.parametrize(
-    ("precision", "plugin", "parameter_dtype", "output_dtype"),
+    ("precision", "plugin", "parameter_dtype", "compute_dtype"),
     [
         ("32-true", "HPUPrecision", torch.float32, torch.float32),
         ("bf16-mixed", "HPUMixedPrecision", torch.float32, torch.bfloat16),
@@ -176,30 +176,34 @@ def test_lazy_mode_cuts_after_backward_and_step_without_host_syncs(tmp_path):
         ("16-true", "HPUHalfPrecision", torch.float16, torch.float16),
     ],
 )
-def test_precisions_on_one_hpu_step_like_the_cpu(precision, plugin, parameter_dtype, output_dtype):
+def test_precisions_on_one_hpu_step_like_the_cpu(precision, plugin, parameter_dtype, compute_dtype):
     def steps(accelerator: str) -> tuple:
         fabric = L.Fabric(accelerator=accelerator, devices=1, precision=precision)
         fabric.seed_everything(0)
         network = fabric_run.model()
+        computed = []
+        network[-1].register_forward_hook(lambda module, inputs, output: computed.append(output.dtype))
         optimizer = torch.optim.SGD(network.parameters(), lr=0.1)
         network, optimizer = fabric.setup(network, optimizer)
         inputs = fabric.to_device(torch.randn(8, 6, generator=torch.Generator().manual_seed(1)))
         losses = []
         for _ in range(3):
             output = network(inputs)
-            loss = output.float().pow(2).mean()
+            loss = output.pow(2).mean()
             fabric.backward(loss)
             optimizer.step()
             optimizer.zero_grad()
             losses.append(loss.item())
-        return fabric, network, output, losses
+        return fabric, network, computed[-1], output, losses
 
-    fabric, network, output, losses = steps("hpu")
+    fabric, network, computed, output, losses = steps("hpu")
     assert type(fabric._precision).__name__ == plugin
     assert next(network.parameters()).dtype == parameter_dtype
-    assert output.dtype == output_dtype
+    assert computed == compute_dtype
+    # as upstream's Fabric plugins do, outputs leave the model in the default type
+    assert output.dtype == torch.float32
     # the CPU runs fp16 autocast as bf16; Gaudi's op lists keep some ops in fp32 where the CPU's autocast lowers them
-    cpu_losses = steps("cpu")[3]
+    cpu_losses = steps("cpu")[4]
     tolerance = 0.0 if precision == "32-true" else 3e-2
     torch.testing.assert_close(losses, cpu_losses, rtol=tolerance, atol=tolerance)
 

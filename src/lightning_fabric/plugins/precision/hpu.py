@@ -6,9 +6,15 @@ measurements) is the Trainer plugin's. Only the backward and optimizer-step hook
 closure, as upstream's Fabric plugins define them.
 """
 
+from typing import Any
+
+from lightning.fabric.plugins.precision.amp import MixedPrecision as _FabricMixedPrecision
 from lightning.fabric.plugins.precision.deepspeed import DeepSpeedPrecision as _FabricDeepSpeedPrecision
 from lightning.fabric.plugins.precision.fsdp import FSDPPrecision as _FabricFSDPPrecision
+from lightning.fabric.plugins.precision.half import HalfPrecision as _FabricHalfPrecision
 from lightning.fabric.plugins.precision.precision import Precision as _FabricPrecision
+from lightning_utilities.core.apply_func import apply_to_collection
+from torch import Tensor
 
 from pytorch_lightning.plugins.precision import hpu, hpu_deepspeed, hpu_fp8, hpu_fsdp, hpu_half, hpu_mixed
 
@@ -23,17 +29,34 @@ class FabricHooks:
     optimizer_step = _FabricPrecision.optimizer_step
 
 
-class HPUMixedPrecision(FabricHooks, hpu_mixed.HPUMixedPrecision):
+class _AutocastInputsAndOutputs:
+    """As upstream's Fabric autocast plugin: floating-point inputs enter the model in the autocast type, and its outputs
+    leave it in the default type, so that a loss computed from them outside autocast is taken in fp32."""
+
+    precision: str
+    convert_output = _FabricMixedPrecision.convert_output
+
+    def convert_input(self, data: Any) -> Any:
+        dtype = hpu_mixed.AUTOCAST_DTYPES[self.precision]
+        return apply_to_collection(
+            data, Tensor, lambda tensor: tensor.to(dtype) if tensor.is_floating_point() else tensor
+        )
+
+
+class HPUMixedPrecision(FabricHooks, _AutocastInputsAndOutputs, hpu_mixed.HPUMixedPrecision):
     """Fabric's ``precision="bf16-mixed"`` / ``"16-mixed"`` on HPUs: ``torch.autocast("hpu")`` with Gaudi's op lists,
     as :class:`pytorch_lightning.plugins.HPUMixedPrecision`."""
 
 
 class HPUHalfPrecision(FabricHooks, hpu_half.HPUHalfPrecision):
     """Fabric's ``precision="bf16-true"`` / ``"16-true"`` on HPUs, as
-    :class:`pytorch_lightning.plugins.HPUHalfPrecision`."""
+    :class:`pytorch_lightning.plugins.HPUHalfPrecision`; outputs leave the model in the default type, as with upstream's
+    Fabric ``HalfPrecision``."""
+
+    convert_output = _FabricHalfPrecision.convert_output
 
 
-class HPUFP8Precision(FabricHooks, hpu_fp8.HPUFP8Precision):
+class HPUFP8Precision(FabricHooks, _AutocastInputsAndOutputs, hpu_fp8.HPUFP8Precision):
     """Fabric's fp8 training on HPUs (Gaudi2 and newer) with Gaudi's Transformer Engine:
     :class:`pytorch_lightning.plugins.HPUFP8Precision`. ``precision="transformer-engine"``, Fabric's fp8 flag on CUDA,
     builds it too."""

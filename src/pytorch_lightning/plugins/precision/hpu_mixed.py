@@ -12,7 +12,7 @@ from typing_extensions import override
 
 from pytorch_lightning.plugins.precision.hpu import HPUPrecisionPlugin, validate_precision
 
-_AUTOCAST_DTYPES = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16, "fp8": torch.bfloat16}
+AUTOCAST_DTYPES = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16, "fp8": torch.bfloat16}
 # the keys of the ``hmp_params`` dict of earlier Lightning releases, and the arguments they stand for
 _HMP_PARAMS = {"level": "opt_level", "verbose": "verbose", "bf16_ops": "bf16_file_path", "fp32_ops": "fp32_file_path"}
 # Gaudi's autocast reads its lower-precision and fp32 op lists from the files these variables name
@@ -75,7 +75,7 @@ class HPUMixedPrecision(HPUPrecisionPlugin):
 
     def autocast_context_manager(self) -> AbstractContextManager:
         """``torch.autocast("hpu")`` in this precision's lower type."""
-        return torch.autocast(device_type="hpu", dtype=_AUTOCAST_DTYPES[self.precision])
+        return torch.autocast(device_type="hpu", dtype=AUTOCAST_DTYPES[self.precision])
 
     @override
     def forward_context(self) -> AbstractContextManager:
@@ -95,7 +95,7 @@ class HPUMixedPrecision(HPUPrecisionPlugin):
 
     def _install_op_lists(self) -> None:
         if self.verbose:
-            rank_zero_info(f"HPU autocast to {_AUTOCAST_DTYPES[self.precision]} with op lists {self.op_list_files}")
+            rank_zero_info(f"HPU autocast to {AUTOCAST_DTYPES[self.precision]} with op lists {self.op_list_files}")
         if self._environment_before is not None or not any(self.op_list_files.values()):
             return
         self._environment_before = {variable: os.environ.get(variable) for variable in _INSTALLED_VARIABLES}
