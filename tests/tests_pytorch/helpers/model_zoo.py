@@ -6,7 +6,7 @@ precision for a few optimizer steps and writes the loss of each step, ``{"<model
 (virtual) Gaudi is activated and because starting a process costs more than training a tiny model. Dropout is off and
 the data and initial weights are the same in every process, so runs on different accelerators can be compared step
 by step. ``--devices 2`` trains with data parallelism (``hpu_parallel``, or ``ddp`` on CPU); each rank writes its own
-file, ``<out>.rank<r>``.
+file, ``<out>.rank<r>``. ``--fabric`` trains each with a Lightning Fabric loop (one device) instead of the Trainer.
 """
 
 import json
@@ -336,6 +336,31 @@ def train(name: str, precision: str, accelerator: str, devices: int) -> tuple:
     return trainer.global_rank, [float(loss) for loss in module.losses]
 
 
+def train_with_fabric(name: str, precision: str, accelerator: str, devices: int) -> tuple:
+    """(rank 0, loss of every step) of one model trained in one precision by a Lightning Fabric loop on one device."""
+    import lightning as L
+    from lightning.fabric.plugins.precision import MixedPrecision
+
+    plugins = []
+    if accelerator == "cpu" and precision == "16-mixed":
+        # as for the Trainer: fp16 autocast without loss scaling, as the HPU trains
+        plugins = [MixedPrecision("16-mixed", "cpu", scaler=torch.amp.GradScaler("cpu", enabled=False))]
+    fabric = L.Fabric(accelerator=accelerator, devices=1, precision=None if plugins else precision, plugins=plugins)
+    model, loss_fn, make_batch = build(name)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    model, optimizer = fabric.setup(model, optimizer)
+    losses = []
+    onednn = accelerator != "cpu" or name not in _CPU_WITHOUT_ONEDNN
+    with torch.backends.mkldnn.flags(enabled=onednn):
+        for batch in Batches(make_batch, STEPS).batches:
+            loss = loss_fn(model, *fabric.to_device(batch if isinstance(batch, (tuple, list)) else (batch,)))
+            fabric.backward(loss)
+            optimizer.step()
+            optimizer.zero_grad()
+            losses.append(loss.detach())
+    return 0, [float(loss) for loss in losses]
+
+
 def main() -> None:
     parser = ArgumentParser()
     parser.add_argument("--accelerator", required=True, choices=("cpu", "hpu"))
@@ -343,12 +368,14 @@ def main() -> None:
     parser.add_argument("--devices", type=int, default=1)
     parser.add_argument("--models", default=",".join(MODELS))
     parser.add_argument("--precisions", default=",".join(PRECISIONS))
+    parser.add_argument("--fabric", action="store_true", help="train with a Lightning Fabric loop instead")
     args = parser.parse_args()
+    run = train_with_fabric if args.fabric else train
     results, rank = {}, 0
     for name in args.models.split(","):
         for precision in args.precisions.split(","):
             try:
-                rank, losses = train(name, precision, args.accelerator, args.devices)
+                rank, losses = run(name, precision, args.accelerator, args.devices)
                 finite = all(map(math.isfinite, losses))
                 results[f"{name}/{precision}"] = losses if finite else f"error: losses {losses}"
             except Exception as err:  # reported per case; the other cases still run

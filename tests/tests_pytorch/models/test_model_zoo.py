@@ -2,7 +2,8 @@
 
 The zoo (``tests_pytorch/helpers/model_zoo.py``) is Hugging Face GPT-2, BERT, Llama, T5 and ViT from tiny configs, and
 ``torch.nn`` building blocks. Each process trains every model in every precision; one process per accelerator and
-execution mode (lazy or eager is fixed when the Gaudi is activated), and a subset on two devices against CPU DDP.
+execution mode (lazy or eager is fixed when the Gaudi is activated), and a subset on two devices against CPU DDP and
+with Lightning Fabric's loop against the same loop on CPU.
 """
 
 import json
@@ -20,6 +21,7 @@ SCRIPT = Path(__file__).parents[1] / "helpers" / "model_zoo.py"
 MODES = {"lazy": "1", "eager": "0"}
 PARALLEL_MODELS = ("gpt2", "llama", "vit", "convolutions")
 PARALLEL_PRECISIONS = ("32-true", "bf16-mixed", "bf16-true")
+FABRIC_MODELS = ("gpt2", "llama", "vit", "norms", "transformer_layers", "multihead_attention")
 
 # Relative tolerance on each step's loss, from the unit roundoff of the type the models compute in, with headroom for
 # a few steps of updates that start from slightly different weights:
@@ -39,13 +41,15 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _start(out: Path, accelerator: str, devices: int = 1, mode: str = "lazy", **args: str) -> subprocess.Popen:
+def _start(
+    out: Path, accelerator: str, devices: int = 1, mode: str = "lazy", *flags: str, **args: str
+) -> subprocess.Popen:
     # one intra-op thread: the same reduction order in every process, and no contention between the runs
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PT_HPU_LAZY_MODE": MODES[mode]}
     if devices > 1:
         env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()))
     command = [sys.executable, str(SCRIPT), "--accelerator", accelerator, "--devices", str(devices), "--out", str(out)]
-    command += [f"--{key}={value}" for key, value in args.items()]
+    command += [*flags, *(f"--{key}={value}" for key, value in args.items())]
     return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
@@ -81,6 +85,18 @@ def two_devices(tmp_path_factory) -> dict:
     return _results(runs)
 
 
+@pytest.fixture(scope="module")
+def fabric_single_device(tmp_path_factory) -> dict:
+    """As ``single_device``, each model trained by a Lightning Fabric loop."""
+    folder = tmp_path_factory.mktemp("zoo_fabric")
+    subset = {"models": ",".join(FABRIC_MODELS)}
+    runs = {"cpu": (_start(folder / "cpu.json", "cpu", 1, "lazy", "--fabric", **subset), [folder / "cpu.json"])}
+    for mode in MODES:
+        out = folder / f"{mode}.json"
+        runs[mode] = (_start(out, "hpu", 1, mode, "--fabric", **subset), [out])
+    return {key: files[0] for key, files in _results(runs).items()}
+
+
 def _assert_trains_like_cpu(case: str, losses, reference, tolerance: float) -> None:
     """Each step's loss within ``tolerance`` of CPU's; fails naming the case."""
     if isinstance(reference, str):
@@ -113,3 +129,14 @@ def test_trains_on_two_devices_like_cpu_ddp(two_devices, model, precision, mode)
     for rank, (hpu, cpu) in enumerate(zip(two_devices[mode], two_devices["cpu"])):
         case = f"{model} in {precision}, {mode} mode, rank {rank} of hpu_parallel vs CPU DDP"
         _assert_trains_like_cpu(case, hpu[key], cpu[key], TOLERANCES[precision])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("precision", PRECISIONS)
+@pytest.mark.parametrize("model", FABRIC_MODELS)
+def test_fabric_trains_like_cpu(fabric_single_device, model, precision, mode):
+    key, case = f"{model}/{precision}", f"{model} in {precision} with Fabric, {mode} mode"
+    _assert_trains_like_cpu(
+        case, fabric_single_device[mode][key], fabric_single_device["cpu"][key], TOLERANCES[precision]
+    )
