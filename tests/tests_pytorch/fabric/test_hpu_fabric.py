@@ -158,6 +158,19 @@ def test_fsdp_two_ranks_equal_one_process_on_the_union(tmp_path, precision, tole
     )
 
 
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+def test_resumed_two_rank_run_equals_an_uninterrupted_one(tmp_path, strategy):
+    checkpoint = tmp_path / "checkpoint"
+    common = ("--devices", "2", "--strategy", strategy, "--steps", "2")
+    _launch(tmp_path / "first", *common, "--checkpoint", str(checkpoint))
+    resumed = _launch(tmp_path / "second", *common, "--resume", str(checkpoint))
+    straight = _launch(tmp_path / "straight", "--devices", "2", "--strategy", strategy, "--steps", "4")
+    assert [rank["step"] for rank in resumed] == [4, 4]
+    for rank in (0, 1):
+        assert resumed[rank]["losses"] == straight[rank]["losses"][2:]
+        _assert_parameters_close(resumed[rank]["parameters"], straight[rank]["parameters"], 0.0)
+
+
 def test_lazy_mode_cuts_after_backward_and_step_without_host_syncs(tmp_path):
     ranks = _launch(
         tmp_path / "lazy", "--devices", "2", "--strategy", "hpu_parallel", "--steps", "6", PT_HPU_LAZY_MODE="1"

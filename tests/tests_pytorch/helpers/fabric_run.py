@@ -4,7 +4,8 @@ save what each rank ends with.
 Each rank trains on its own rows of a fixed batch (rank ``r`` of ``w`` takes rows ``r::w``), so a run on ``w`` ranks
 steps exactly like one process on the union of the rows. Started directly it launches its ranks with
 ``fabric.launch()``; started by ``torchrun`` it is one of them. Each rank saves ``rank<N>.pt`` in ``--out``: the final
-parameters, the losses, the classes Fabric chose, and the virtual Gaudi's counter increments per steady step.
+parameters, the losses, the step count (``--resume`` continues from a checkpoint ``--checkpoint`` saved), the
+classes Fabric chose, and the virtual Gaudi's counter increments per steady step.
 """
 
 import os
@@ -40,6 +41,9 @@ def train(fabric: L.Fabric, args) -> None:
     network, optimizer = fabric.setup(network, optimizer)
     generator = torch.Generator().manual_seed(3)
     inputs, targets = torch.randn(ROWS, 6, generator=generator), torch.randint(0, 3, (ROWS,), generator=generator)
+    state = {"model": network, "optimizer": optimizer, "step": 0}
+    if args.resume:
+        fabric.load(args.resume, state)
     rows = slice(fabric.global_rank, None, fabric.world_size)
     inputs, targets = fabric.to_device((inputs[rows], targets[rows]))
     losses, snapshots = [], []
@@ -52,13 +56,14 @@ def train(fabric: L.Fabric, args) -> None:
         optimizer.step()
         optimizer.zero_grad()
         losses.append(loss.detach())
-    state = {"model": network, "optimizer": optimizer, "step": args.steps}
+    state["step"] += args.steps
     if args.checkpoint:
         fabric.save(args.checkpoint, state)
     parameters = full_parameters(network)
     record = {
         "parameters": parameters,
         "losses": [float(loss) for loss in losses],
+        "step": state["step"],
         "mean_loss": float(fabric.all_reduce(losses[-1].float(), reduce_op="mean")),
         "gathered_rank": fabric.all_gather(torch.tensor([fabric.global_rank], device=fabric.device)).cpu().tolist(),
         "broadcast": fabric.broadcast(fabric.global_rank * 10 + 5, src=0),
@@ -100,7 +105,8 @@ def main() -> None:
     parser.add_argument("--precision", default=None)
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--clip", type=float, default=0.0)
-    parser.add_argument("--checkpoint", default=None)
+    parser.add_argument("--checkpoint", default=None, help="save model, optimizer and step count here at the end")
+    parser.add_argument("--resume", default=None, help="load them from here before training")
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
     devices = int(args.devices) if args.devices.lstrip("-").isdigit() else args.devices
