@@ -5,18 +5,31 @@ library that asks torch for its accelerator before anything of Gaudi's is import
 HPU. The virtual Gaudi does the same when ``VIRTUAL_HPU=1``, with the bridge's switches: ``PT_HPU_AUTOLOAD=0/1``
 overrides the default, which is on in eager mode and off in lazy mode. PyTorch's ``TORCH_DEVICE_BACKEND_AUTOLOAD=0``
 turns off every backend's autoload.
+
+Where autoload is off, the bridge is still installed and a script loads it itself, as lazy-mode scripts do with
+``import habana_frameworks.torch.core``: that import activates the virtual Gaudi then.
 """
 
+import importlib.abc
+import importlib.machinery
+import importlib.util
 import os
+import sys
+from collections.abc import Sequence
+from types import ModuleType
+from typing import Optional
 
 
 def autoload() -> None:
     """Activate the virtual Gaudi when it is asked for and autoload applies; called by ``import torch``."""
-    if os.environ.get("VIRTUAL_HPU", "").strip() != "1" or not _autoload_wanted():
+    if os.environ.get("VIRTUAL_HPU", "").strip() != "1":
         return
-    import virtual_hpu
+    if _autoload_wanted():
+        import virtual_hpu
 
-    virtual_hpu.activate_from_env()
+        virtual_hpu.activate_from_env()
+    elif not any(isinstance(finder, _ActivateOnImport) for finder in sys.meta_path):
+        sys.meta_path.append(_ActivateOnImport())
 
 
 def _autoload_wanted() -> bool:
@@ -26,3 +39,19 @@ def _autoload_wanted() -> bool:
     if flag:
         return flag == "1"
     return os.environ.get("PT_HPU_LAZY_MODE", "0").strip() != "1"
+
+
+class _ActivateOnImport(importlib.abc.MetaPathFinder):
+    """Last on ``sys.meta_path``: a ``habana_frameworks`` import that nothing else can satisfy activates the virtual
+    Gaudi, which puts its facade on the path, and is then found there."""
+
+    def find_spec(
+        self, fullname: str, path: Optional[Sequence[str]], target: Optional[ModuleType] = None
+    ) -> Optional[importlib.machinery.ModuleSpec]:
+        if fullname != "habana_frameworks":
+            return None
+        sys.meta_path.remove(self)
+        import virtual_hpu
+
+        virtual_hpu.activate_from_env()
+        return importlib.util.find_spec(fullname)

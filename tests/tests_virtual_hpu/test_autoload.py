@@ -40,3 +40,21 @@ def test_lightning_imported_later_still_activates_in_lazy_mode(python):
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.split("\n")[-2] == "True"
+
+
+def test_a_lazy_mode_script_loads_the_bridge_itself(python):
+    """The first lines of a lazy-mode Gaudi script: autoload is off, ``import habana_frameworks.torch.core`` loads it."""
+    code = (
+        "import torch\n"
+        "print(torch.accelerator.current_accelerator())\n"
+        "import habana_frameworks.torch.core as htcore\n"
+        "x = torch.ones(2, device='hpu') * 3\n"
+        "htcore.mark_step()\n"
+        "print(htcore.is_lazy(), x.sum().item())"
+    )
+    result = python(code, VIRTUAL_HPU="1", PT_HPU_LAZY_MODE="1")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split("\n")[-3:-1] == ["None", "True 6.0"]
+    # without the virtual Gaudi asked for, there is no bridge to import
+    result = python("import torch, habana_frameworks", PT_HPU_LAZY_MODE="1")
+    assert result.returncode != 0 and "No module named 'habana_frameworks'" in result.stderr
