@@ -43,7 +43,7 @@ def test_lightning_imported_later_still_activates_in_lazy_mode(python):
 
 
 def test_a_lazy_mode_script_loads_the_bridge_itself(python):
-    """The first lines of a lazy-mode Gaudi script: autoload is off, ``import habana_frameworks.torch.core`` loads it."""
+    """The first lines of a lazy-mode script: autoload is off; ``import habana_frameworks.torch.core`` loads it."""
     code = (
         "import torch\n"
         "print(torch.accelerator.current_accelerator())\n"
