@@ -88,6 +88,8 @@ def activate(
     # backward pass to a device thread and back, saves two thread wake-ups per pass and matches CPU speed.
     torch.autograd.set_multithreading_enabled(False)
     _active = wanted
+    # where Gaudi's software writes its logs, which it sets when unset and user code reads
+    os.environ.setdefault("HABANA_LOGS", str(Path.home() / ".habana_logs"))
     sys.path.insert(0, str(_FACADE))
     import habana_frameworks.torch  # noqa: F401  (registers torch.hpu, as the real bridge does)
 

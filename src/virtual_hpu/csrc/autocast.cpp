@@ -83,4 +83,7 @@ TORCH_LIBRARY_FRAGMENT(virtual_hpu, m) {
 TORCH_LIBRARY_IMPL(_, AutocastHPU, m) { m.fallback(torch::CppFunction::makeFallthrough()); }
 
 }  // namespace
+
+bool fp16Supported() { return g_fp16_supported.load(); }
+
 }  // namespace virtual_hpu

@@ -105,6 +105,18 @@ void registerCpuKernelsOverComposites(torch::Library& m) {
   }
 }
 
+// transformers' mixture-of-experts layers count the tokens routed to each expert with histc on int32 ids when on an
+// accelerator. Gaudi counts integer tensors; the host kernel takes floating ones only: count float copies (exact for
+// such ids) and return the input's type.
+void histc(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::jit::Stack* stack) {
+  const size_t first = stack->size() - op.schema().arguments().size();
+  const c10::ScalarType type = (*stack)[first].toTensor().scalar_type();
+  const bool integral = !at::isFloatingType(type);
+  if (integral) (*stack)[first] = (*stack)[first].toTensor().to(c10::ScalarType::Float);
+  hpuFallback(op, keys, stack);
+  if (integral) stack->back() = stack->back().toTensor().to(type);
+}
+
 // Host memory is written synchronously: no stream can still be using a tensor's memory when it is freed.
 void recordStream(at::Tensor& /*self*/, c10::Stream /*stream*/) {}
 
@@ -123,6 +135,7 @@ TORCH_LIBRARY_IMPL(aten, HPU, m) {
   m.impl("set_.source_Tensor", &setTensor);
   m.impl("set_", &setEmpty);
   m.impl("record_stream", &recordStream);
+  m.impl("histc", torch::CppFunction::makeFromBoxedFunction<&histc>());
   // Without these, convolution would look for convolution_overrideable, which has no CPU kernel.
   m.impl("convolution", torch::CppFunction::makeFromBoxedFunction<&hpuFallback>());
   m.impl("convolution_backward", torch::CppFunction::makeFromBoxedFunction<&hpuFallback>());
@@ -142,6 +155,8 @@ void checkDtype(c10::ScalarType dtype) {
                                                                : nullptr;
   TORCH_CHECK_TYPE(name == nullptr, "Gaudi does not support ", name,
                    " tensors on hpu (no complex support); keep this tensor on the CPU");
+  // the message of Gaudi's own software
+  TORCH_CHECK(dtype != c10::ScalarType::Half || fp16Supported(), "float16/half is not supported on Gaudi.");
   if (dtype == c10::ScalarType::Double) {
     TORCH_WARN_ONCE("Gaudi computes torch.float64 tensors on hpu in torch.float32: their values have float32 "
                     "precision. Keep data that needs float64 on the CPU.");

@@ -30,8 +30,8 @@ c10::Allocator* pinnedAllocator();
 bool isPinned(const void* ptr);
 
 // ---- kernels.cpp ----
-// Gaudi has no complex support: refuse such HPU tensors. It holds float64 tensors but computes them in float32:
-// warn once.
+// Gaudi has no complex support, and first-generation Gaudi no float16: refuse such HPU tensors. It holds float64
+// tensors but computes them in float32: warn once.
 void checkDtype(c10::ScalarType dtype);
 // Rounds a float64 CPU view of HPU memory to float32 precision, as Gaudi stores float64 values.
 void roundToFloat(const at::Tensor& cpu);
@@ -63,6 +63,10 @@ class CpuAliases {
 
 // ---- fallback.cpp ----
 void hpuFallback(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::jit::Stack* stack);
+
+// ---- autocast.cpp ----
+// Whether the configured generation has float16 (Gaudi2 and newer).
+bool fp16Supported();
 
 // ---- accounting.cpp: cheap counters for lazy-mode behaviour ----
 // `digest` describes the op and its input shapes (0 outside lazy mode, where graphs are not compiled per cut)

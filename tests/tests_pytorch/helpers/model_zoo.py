@@ -97,6 +97,18 @@ def llama() -> tuple:
     return LlamaForCausalLM(config), lambda model, ids: model(input_ids=ids, labels=ids).loss, _tokens
 
 
+def mixtral() -> tuple:
+    from transformers import MixtralConfig, MixtralForCausalLM
+
+    # a mixture of experts: each token goes to 2 of 4 experts; on an accelerator the routing counts the tokens of
+    # each expert with torch.histc on integer ids
+    config = MixtralConfig(
+        vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+        num_key_value_heads=1, num_local_experts=4, num_experts_per_tok=2, max_position_embeddings=64,
+    )  # fmt: skip
+    return MixtralForCausalLM(config), lambda model, ids: model(input_ids=ids, labels=ids).loss, _tokens
+
+
 def t5() -> tuple:
     from transformers import T5Config, T5ForConditionalGeneration
 
@@ -257,6 +269,7 @@ MODELS: dict[str, Callable[[], tuple]] = {
     "gpt2": gpt2,
     "bert": bert,
     "llama": llama,
+    "mixtral": mixtral,
     "t5": t5,
     "vit": vit,
     "norms": norms,

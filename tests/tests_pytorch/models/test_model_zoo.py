@@ -1,9 +1,9 @@
 """Real models train on HPU like on CPU: every zoo model, precision and execution mode, step by step.
 
-The zoo (``tests_pytorch/helpers/model_zoo.py``) is Hugging Face GPT-2, BERT, Llama, T5 and ViT from tiny configs, and
-``torch.nn`` building blocks. Each process trains every model in every precision; one process per accelerator and
-execution mode (lazy or eager is fixed when the Gaudi is activated), and a subset on two devices against CPU DDP and
-with Lightning Fabric's loop against the same loop on CPU.
+The zoo (``tests_pytorch/helpers/model_zoo.py``) is Hugging Face GPT-2, BERT, Llama, Mixtral (a mixture of experts), T5
+and ViT from tiny configs, and ``torch.nn`` building blocks. Each process trains every model in every precision; one
+process per accelerator and execution mode (lazy or eager is fixed when the Gaudi is activated), and a subset on two
+devices against CPU DDP and with Lightning Fabric's loop against the same loop on CPU.
 """
 
 import json
