@@ -1,5 +1,6 @@
 """DeepSpeed (ZeRO sharding, offload, bf16 optimizers, activation checkpointing) on Intel Gaudi."""
 
+import inspect
 from typing import Any, Callable, Optional
 
 import torch
@@ -35,6 +36,10 @@ class HPUDeepSpeedStrategy(_HPUTrainerStrategyMixin, _HPUParallelDevicesMixin, D
     ``"hpu_deepspeed_stage_1"``, ``"_stage_2"``, ``"_stage_2_offload"``, ``"_stage_3"``, ``"_stage_3_offload"``; with
     ``accelerator="hpu"`` the CUDA names ``"deepspeed"``, ``"deepspeed_stage_2"``, ... mean the same.
 
+    For ``validate``, ``test`` and ``predict`` it also takes the arguments of ``deepspeed.init_inference`` (``dtype``,
+    ``tensor_parallel``, ``replace_with_kernel_inject``, ``injection_policy``, ...), as keyword arguments or as keys of
+    ``config``, as lightning-habana's strategy did: the model then runs in DeepSpeed's inference engine.
+
     Offload goes to host memory only: DeepSpeed has no asynchronous I/O for HPUs, so NVMe offload is refused. When
     both the LightningModule and the DeepSpeed config define an optimizer, the LightningModule's is used.
     """
@@ -42,6 +47,7 @@ class HPUDeepSpeedStrategy(_HPUTrainerStrategyMixin, _HPUParallelDevicesMixin, D
     strategy_name = "hpu_deepspeed"
 
     def __init__(self, *args: Any, process_group_backend: Optional[str] = "hccl", **kwargs: Any) -> None:
+        self.inference_kwargs = _inference_arguments(kwargs)
         super().__init__(*args, process_group_backend=process_group_backend, **kwargs)
         refuse_nvme(self.config, kwargs)
         self._linear_before_setup: Optional[Callable[..., Tensor]] = None
@@ -94,7 +100,15 @@ class HPUDeepSpeedStrategy(_HPUTrainerStrategyMixin, _HPUParallelDevicesMixin, D
     def _initialize_deepspeed_inference(self, model: Module) -> None:
         # after `fit`, teardown left a ZeRO-3 model gathered on the host, where DeepSpeed no longer moves it from
         model.to(self.root_device)
-        super()._initialize_deepspeed_inference(model)
+        import deepspeed
+
+        assert isinstance(self.config, dict)
+        config = {key: value for key, value in self.config.items() if key in deepspeed.default_inference_config()}
+        if not (self.inference_kwargs or config):
+            super()._initialize_deepspeed_inference(model)
+            return
+        # DeepSpeed's inference engine (tensor parallelism, kernel injection), as lightning-habana's strategy built it
+        self.model = deepspeed.init_inference(model, config=config, **self.inference_kwargs)
 
     @override
     def teardown(self) -> None:
@@ -127,6 +141,25 @@ def hpu_name_of(name: str) -> Optional[str]:
         return None
     suffix = name[len("deepspeed") :]
     return f"{HPUDeepSpeedStrategy.strategy_name}{suffix}" if suffix in PRESETS else None
+
+
+def _inference_arguments(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Take the arguments of ``deepspeed.init_inference`` out of ``kwargs``; any other argument upstream's strategy
+    does not take is refused, naming both lists."""
+    upstream = set(inspect.signature(DeepSpeedStrategy.__init__).parameters)
+    extra = [name for name in kwargs if name not in upstream]
+    if not extra:
+        return {}
+    import deepspeed
+
+    inference = set(deepspeed.default_inference_config())
+    unknown = sorted(name for name in extra if name not in inference)
+    if unknown:
+        raise TypeError(
+            f"`HPUDeepSpeedStrategy` got unexpected arguments {unknown}: it takes those of `DeepSpeedStrategy` and, for"
+            f" inference, those of `deepspeed.init_inference` ({', '.join(sorted(inference))})."
+        )
+    return {name: kwargs.pop(name) for name in extra}
 
 
 def engine_in_bf16_for_fp8(config: dict[str, Any], precision: str) -> None:

@@ -469,3 +469,86 @@ def test_fp8_precision_flag_under_deepspeed():
     trainer = _trainer("hpu_deepspeed", precision="fp8", max_steps=1)
     assert isinstance(trainer.precision_plugin, HPUDeepSpeedPrecisionPlugin)
     assert trainer.precision_plugin.precision == "fp8"
+
+
+INFERENCE_SCRIPT = """
+import json, os, sys
+import torch
+import pytorch_lightning as pl
+from pytorch_lightning.strategies import HPUDeepSpeedStrategy
+
+
+class Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.l1, self.l2 = torch.nn.Linear(4, 8), torch.nn.Linear(8, 2)
+
+    def forward(self, x):
+        return self.l2(torch.relu(self.l1(x)))
+
+
+class Model(pl.LightningModule):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.block = Block()
+
+    def forward(self, x):
+        return self.block(x)
+
+    def predict_step(self, batch, batch_idx):
+        return self(batch)
+
+    def predict_dataloader(self):
+        return torch.utils.data.DataLoader(torch.arange(8.0).view(2, 4), batch_size=2)
+
+
+model = Model()
+expected = model(torch.arange(8.0).view(2, 4)).tolist()
+inference = {"tensor_parallel": {"tp_size": 2}, "dtype": torch.float, "replace_with_kernel_inject": False}
+# the layer whose partial outputs the ranks sum (l2 splits its input features across them), named as DeepSpeed names
+# the children of a policy's class: with a leading dot
+inference["injection_policy"] = {Block: (".l2",)}
+if sys.argv[1] == "config":
+    policy = inference.pop("injection_policy")
+    strategy = HPUDeepSpeedStrategy(config=inference, injection_policy=policy)
+else:
+    strategy = HPUDeepSpeedStrategy(**inference)
+trainer = pl.Trainer(accelerator="hpu", devices=2, strategy=strategy, logger=False, use_distributed_sampler=False)
+predictions = trainer.predict(model)
+engine = trainer.strategy.model
+layer = engine.module.block.l2
+line = json.dumps({"rank": trainer.global_rank, "predictions": predictions[0].tolist(), "expected": expected,
+                   "engine": type(engine).__name__, "l2": [type(layer).__name__, list(layer.weight.shape)]})
+os.write(sys.stdout.fileno(), f"RESULT {line}\\n".encode())
+"""
+
+
+@pytest.mark.parametrize("form", ["arguments", "config"])
+def test_inference_arguments_of_lightning_habana_run_deepspeed_inference(tmp_path, form):
+    """``dtype``, ``tensor_parallel``, ``replace_with_kernel_inject``, ``injection_policy`` (arguments, or keys of the
+    config) put the model in DeepSpeed's inference engine, split across 2 HPUs, predicting what the model does."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from tests_pytorch.helpers.processes import free_port
+
+    script = tmp_path / "inference.py"
+    script.write_text(INFERENCE_SCRIPT)
+    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "OMP_NUM_THREADS": "1"}
+    result = subprocess.run([sys.executable, str(script), form], capture_output=True, text=True, timeout=300, env=env)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    ranks = [json.loads(line[7:]) for line in result.stdout.splitlines() if line.startswith("RESULT ")]
+    assert sorted(rank["rank"] for rank in ranks) == [0, 1]
+    for rank in ranks:
+        assert rank["engine"] == "InferenceEngine"
+        # each rank holds half of l2's input features, and the ranks sum their partial outputs
+        assert rank["l2"] == ["LinearAllreduce", [2, 4]]
+        torch.testing.assert_close(torch.tensor(rank["predictions"]), torch.tensor(rank["expected"]))
+
+
+def test_unknown_arguments_name_both_lists():
+    with pytest.raises(TypeError, match=r"unexpected arguments \['tensor_paralel'\].*init_inference.*tensor_parallel"):
+        HPUDeepSpeedStrategy(tensor_paralel={"tp_size": 2})
