@@ -112,3 +112,24 @@ def test_fabric_precision_hooks():
             assert list(inspect.signature(getattr(plugin, hook)).parameters)[: len(parameters)] == parameters, (
                 f"Fabric's {plugin.__name__}.{hook} changed: re-check lightning_fabric/plugins/precision/hpu.py"
             )
+
+
+@pytest.mark.parametrize(
+    ("caller", "call"),
+    [
+        ("_initialize_deepspeed_train", "self._init_optimizers()"),
+        ("_format_batch_size_and_grad_accum_config", "self._auto_select_batch_size()"),
+        ("_auto_select_batch_size", "fit_loop._data_source"),
+        ("_initialize_deepspeed_inference", "deepspeed.initialize("),
+    ],
+)
+def test_trainer_deepspeed_hooks(caller, call):
+    """``strategies/hpu_deepspeed.py``: the HPU strategy refuses a missing optimizer in ``_init_optimizers`` (upstream
+    hands DeepSpeed a ``_MockOptimizer``), keeps evaluation away from the training data in ``_auto_select_batch_size``,
+    and builds DeepSpeed's inference engine in ``_initialize_deepspeed_inference``."""
+    from lightning.pytorch.core.optimizer import _MockOptimizer
+
+    assert _called_in(getattr(DeepSpeedStrategy, caller), call), (
+        f"upstream's DeepSpeedStrategy.{caller} no longer calls {call}: re-check strategies/hpu_deepspeed.py"
+    )
+    assert issubclass(_MockOptimizer, torch.optim.Optimizer)

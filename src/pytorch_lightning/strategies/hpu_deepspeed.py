@@ -5,7 +5,9 @@ from typing import Any, Callable, Optional
 
 import torch
 from lightning.fabric.strategies import _StrategyRegistry
+from lightning.pytorch.core.optimizer import _MockOptimizer
 from lightning.pytorch.strategies.deepspeed import DeepSpeedStrategy
+from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.utilities.model_helpers import is_overridden
 from lightning.pytorch.utilities.rank_zero import rank_zero_info
@@ -95,6 +97,26 @@ class HPUDeepSpeedStrategy(_HPUTrainerStrategyMixin, _HPUParallelDevicesMixin, D
             )
             self.config = {key: value for key, value in self.config.items() if key != "optimizer"}
         super()._initialize_deepspeed_train(model)
+
+    @override
+    def _init_optimizers(self) -> tuple[Any, Any]:
+        optimizer, scheduler = super()._init_optimizers()
+        # upstream goes on with a placeholder, and DeepSpeed fails deep inside on its empty parameter groups
+        if isinstance(optimizer, _MockOptimizer):
+            raise MisconfigurationException(
+                "`HPUDeepSpeedStrategy` trains with the optimizer that `LightningModule.configure_optimizers` returns,"
+                " and it returned None. Return an optimizer from `configure_optimizers`, or define one in the DeepSpeed"
+                ' config (`"optimizer": {"type": "AdamW", "params": {...}}`).'
+            )
+        return optimizer, scheduler
+
+    @override
+    def _auto_select_batch_size(self) -> int:
+        # the batch size only labels DeepSpeed's throughput logs; upstream reads it from the training data even in
+        # `test`/`validate`/`predict`, where a data module has not set its training data up
+        if self.lightning_module.trainer.state.fn != TrainerFn.FITTING:  # type: ignore[union-attr]
+            return 1
+        return super()._auto_select_batch_size()
 
     @override
     def _initialize_deepspeed_inference(self, model: Module) -> None:

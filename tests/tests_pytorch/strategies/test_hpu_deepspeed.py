@@ -4,6 +4,7 @@ import json
 
 import pytest
 import torch
+from lightning.pytorch.demos.boring_classes import BoringModel
 from lightning.pytorch.plugins import DeepSpeedPrecision
 from lightning.pytorch.strategies import DeepSpeedStrategy
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
@@ -552,3 +553,48 @@ def test_inference_arguments_of_lightning_habana_run_deepspeed_inference(tmp_pat
 def test_unknown_arguments_name_both_lists():
     with pytest.raises(TypeError, match=r"unexpected arguments \['tensor_paralel'\].*init_inference.*tensor_parallel"):
         HPUDeepSpeedStrategy(tensor_paralel={"tp_size": 2})
+
+
+def test_no_optimizer_names_configure_optimizers():
+    class NoOptimizer(BoringModel):
+        def configure_optimizers(self):
+            return None
+
+    with pytest.raises(MisconfigurationException, match=r"`LightningModule.configure_optimizers`.*returned None"):
+        _trainer("hpu_deepspeed").fit(NoOptimizer())
+
+
+def test_test_validate_predict_do_not_set_up_the_training_data():
+    """A data module that builds its training split in ``setup("fit")``: evaluation never asks for it."""
+
+    class FitOnlyTrainData(pl.LightningDataModule):
+        def setup(self, stage):
+            if stage == "fit":
+                self.train_split = TensorDataset(torch.randn(8, 32))
+            self.eval_split = TensorDataset(torch.randn(8, 32))
+
+        def train_dataloader(self):
+            return DataLoader(self.train_split, batch_size=4)
+
+        def _eval(self):
+            return DataLoader(self.eval_split, batch_size=4)
+
+        val_dataloader = test_dataloader = predict_dataloader = _eval
+
+    class Model(BoringModel):
+        def _step(self, batch, batch_idx):
+            return self.layer(batch[0]).sum()
+
+        validation_step = test_step = predict_step = _step
+
+        def training_step(self, batch, batch_idx):
+            return super().training_step(batch[0], batch_idx)
+
+    trainer = _trainer("hpu_deepspeed")
+    assert len(trainer.test(Model(), FitOnlyTrainData())) == 1
+    assert len(trainer.validate(Model(), FitOnlyTrainData())) == 1
+    assert len(trainer.predict(Model(), FitOnlyTrainData())) == 2
+    # with training, the batch size of the training data labels DeepSpeed's throughput logs, as upstream
+    fitted = _trainer("hpu_deepspeed")
+    fitted.fit(Model(), FitOnlyTrainData())
+    assert fitted.strategy.config["train_micro_batch_size_per_gpu"] == 4
