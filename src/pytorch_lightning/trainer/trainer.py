@@ -5,9 +5,11 @@ import os
 from typing import Any, Literal, Optional, Union
 
 import lightning.pytorch.trainer.trainer as _upstream
+import torch
 from lightning.pytorch import LightningModule
 from lightning.pytorch.trainer.trainer import Trainer as _UpstreamTrainer
 from lightning.pytorch.utilities.argparse import _defaults_from_env_vars
+from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.utilities.rank_zero import rank_zero_info
 
 from pytorch_lightning import _aliasing
@@ -39,6 +41,7 @@ class Trainer(_UpstreamTrainer):
     @_defaults_from_env_vars
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**resolve_hpu_flags(kwargs))
+        _refuse_another_world_size(self)
         # upstream's, with the ranks of HPU strategies agreeing on SIGTERM on the host (see ``strategies/_sigterm.py``)
         self._signal_connector = _SignalConnector(self)
         steps = self.fit_loop.epoch_loop
@@ -54,6 +57,21 @@ class Trainer(_UpstreamTrainer):
     # LightningCLI/jsonargparse and the ``PL_TRAINER_*`` parser read the signature and docstring of ``__init__``
     __init__.__signature__ = _signature_with_fp8()  # type: ignore[attr-defined]
     __init__.__doc__ = _UpstreamTrainer.__init__.__doc__
+
+
+def _refuse_another_world_size(trainer: Trainer) -> None:
+    """A process already in a process group (a notebook, a test run) keeps it: a Trainer of another size would train
+    alone in it while the processes it launched wait for it forever."""
+    if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
+        return
+    existing = torch.distributed.get_world_size()
+    if existing != trainer.world_size:
+        raise MisconfigurationException(
+            f"This process already belongs to a process group of {existing} process(es), but `Trainer(devices="
+            f"{trainer.num_devices}, num_nodes={trainer.num_nodes})` runs {trainer.world_size}. Call"
+            " `torch.distributed.destroy_process_group()` before creating the Trainer, or ask for"
+            f" {existing} process(es)."
+        )
 
 
 def _log_hpu_info(trainer: Trainer) -> None:

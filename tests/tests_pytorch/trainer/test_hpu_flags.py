@@ -206,3 +206,17 @@ def test_cuda_data_parallel_names_mean_hpu_parallel(name, start_method):
     trainer = _trainer(accelerator="hpu", strategy=name, devices=2)
     assert type(trainer.strategy) is HPUParallelStrategy
     assert trainer.strategy._start_method == start_method
+
+
+def test_a_trainer_of_another_size_than_the_process_group_is_refused():
+    """A process that already holds a 1-process group (a notebook, a test run) and asks for 2 devices would train
+    alone while the rank it launched waits forever: refused before anything is launched."""
+    import torch.distributed as dist
+
+    from tests_pytorch.helpers.processes import free_port
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
+    with pytest.raises(MisconfigurationException, match=r"already belongs to a process group of 1 .* runs 2"):
+        pl.Trainer(accelerator="hpu", devices=2)
+    # the group's own size is fine
+    assert pl.Trainer(accelerator="hpu", devices=1, logger=False).world_size == 1
