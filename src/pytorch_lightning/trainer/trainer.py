@@ -1,8 +1,9 @@
 """The ``Trainer``: upstream's, with Intel Gaudi (HPU) flags resolved before it configures itself."""
 
+import functools
 import inspect
 import os
-from typing import Any, Literal, Optional, Union
+from typing import Any, Callable, Literal, Optional, Union
 
 import lightning.pytorch.trainer.trainer as _upstream
 import torch
@@ -30,6 +31,18 @@ def _signature_with_fp8() -> inspect.Signature:
     )
 
 
+def _in_its_own_process_group(stage: Callable[..., Any]) -> Callable[..., Any]:
+    """Upstream's ``stage`` (``fit``, ``test``, ...), refused first in a process whose process group is of another size;
+    same signature and docs."""
+
+    @functools.wraps(stage)
+    def run(trainer: "Trainer", *args: Any, **kwargs: Any) -> Any:
+        _refuse_another_world_size(trainer)
+        return stage(trainer, *args, **kwargs)
+
+    return run
+
+
 class Trainer(_UpstreamTrainer):
     """Upstream's ``Trainer`` that understands HPU flags.
 
@@ -41,13 +54,18 @@ class Trainer(_UpstreamTrainer):
     @_defaults_from_env_vars
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**resolve_hpu_flags(kwargs))
-        _refuse_another_world_size(self)
         # upstream's, with the ranks of HPU strategies agreeing on SIGTERM on the host (see ``strategies/_sigterm.py``)
         self._signal_connector = _SignalConnector(self)
         steps = self.fit_loop.epoch_loop
         self.fit_loop.epoch_loop = _TrainingEpochLoop(self, min_steps=steps.min_steps, max_steps=steps.max_steps)
         _log_hpu_info(self)
         _add_performance_monitor_if_asked(self)
+
+    # each stage first checks the process group it would join, before anything is launched
+    fit = _in_its_own_process_group(_UpstreamTrainer.fit)
+    validate = _in_its_own_process_group(_UpstreamTrainer.validate)
+    test = _in_its_own_process_group(_UpstreamTrainer.test)
+    predict = _in_its_own_process_group(_UpstreamTrainer.predict)
 
     def _run(self, model: LightningModule, *args: Any, **kwargs: Any) -> Any:
         # every stage (fit, validate, test, predict) hands its unwrapped, possibly compiled, module to `_run`
@@ -59,9 +77,9 @@ class Trainer(_UpstreamTrainer):
     __init__.__doc__ = _UpstreamTrainer.__init__.__doc__
 
 
-def _refuse_another_world_size(trainer: Trainer) -> None:
-    """A process already in a process group (a notebook, a test run) keeps it: a Trainer of another size would train
-    alone in it while the processes it launched wait for it forever."""
+def _refuse_another_world_size(trainer: "Trainer") -> None:
+    """A process already in a process group (a notebook, a test run, an earlier run of another size) keeps it: a stage
+    of another size would run alone in it while the processes it launched wait for it forever."""
     if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
         return
     existing = torch.distributed.get_world_size()
