@@ -82,7 +82,12 @@ LIMITS = {
 }
 # the page on the virtual Gaudi shows how to activate it from code, which a process started with VIRTUAL_HPU=1 refuses;
 # the scale-out page builds a 2-node Trainer, which needs the rendezvous variables of node 0 (it does not fit)
-PAGE_ENV = {"virtual_hpu.rst": {"VIRTUAL_HPU": "0"}, "hpu_intermediate.rst": {"NODE_RANK": "0"}}
+# HPU graphs are a lazy-mode feature on Gaudi
+PAGE_ENV = {
+    "virtual_hpu.rst": {"VIRTUAL_HPU": "0"},
+    "hpu_intermediate.rst": {"NODE_RANK": "0"},
+    "hpu_graphs.rst": {"PT_HPU_LAZY_MODE": "1"},
+}
 OP_LISTS = {"ops_bf16.txt": "linear\nmatmul\n", "ops_fp32.txt": "softmax\n"}
 
 PAGES = sorted(DOCS.glob("*.rst")) + [ROOT / "README.md"]

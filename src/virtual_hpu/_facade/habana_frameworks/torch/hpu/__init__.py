@@ -6,7 +6,14 @@ from typing import Any, Union
 import torch
 
 from habana_frameworks.torch.hpu import random
-from habana_frameworks.torch.hpu.graphs import HPUGraph, graph
+from habana_frameworks.torch.hpu.graphs import (
+    HPUGraph,
+    ModuleCacher,
+    graph,
+    make_graphed_callables,
+    wrap_in_hpu_graph,
+    wrap_in_hpu_graph_func,
+)
 from habana_frameworks.torch.hpu.memory import (
     max_memory_allocated,
     max_memory_cached,
@@ -35,6 +42,7 @@ _DeviceLike = Union[torch.device, str, int, None]
 __all__ = [
     "Event",
     "HPUGraph",
+    "ModuleCacher",
     "Stream",
     "current_device",
     "current_stream",
@@ -51,6 +59,7 @@ __all__ = [
     "is_available",
     "is_bf16_supported",
     "is_initialized",
+    "make_graphed_callables",
     "manual_seed",
     "manual_seed_all",
     "max_memory_allocated",
@@ -72,6 +81,8 @@ __all__ = [
     "set_rng_state",
     "stream",
     "synchronize",
+    "wrap_in_hpu_graph",
+    "wrap_in_hpu_graph_func",
 ]
 
 
