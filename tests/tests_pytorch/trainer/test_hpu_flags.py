@@ -212,10 +212,9 @@ def test_a_trainer_of_another_size_than_the_process_group_is_refused():
     """A process that already holds a 1-process group (a notebook, a test run) and asks for 2 devices would train
     alone while the rank it launched waits forever: refused before anything is launched."""
     import torch.distributed as dist
+    from lightning.pytorch.demos.boring_classes import BoringModel
 
     from tests_pytorch.helpers.processes import free_port
-
-    from lightning.pytorch.demos.boring_classes import BoringModel
 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
     trainer = pl.Trainer(accelerator="hpu", devices=2, max_steps=1, logger=False, enable_checkpointing=False)
