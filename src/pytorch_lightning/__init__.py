@@ -5,7 +5,10 @@ Everything upstream ``lightning.pytorch`` offers is available here under the sam
 """
 
 import virtual_hpu as _virtual_hpu
+from pytorch_lightning import _console
 
+# before `transformers` or Intel Neural Compressor is imported, in every process, launched workers included
+_console.quiet_known_noise()
 # before anything probes for Gaudi, so that ``VIRTUAL_HPU=1`` reaches every process, launched workers included
 _virtual_hpu.activate_from_env()
 

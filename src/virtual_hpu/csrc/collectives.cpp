@@ -6,6 +6,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/Types.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
+#include <torch/csrc/distributed/c10d/reducer_timer.hpp>
 #include <torch/library.h>
 
 #include <mutex>
@@ -185,5 +186,25 @@ TORCH_LIBRARY_IMPL(c10d, HPU, m) {
   }
 }
 
+// DDP times its steps with a timer registered for the parameters' device type, and warns on every run for a device
+// without one. Work on the virtual device is synchronous: host timestamps are the device's.
+class HpuTimer : public c10d::Timer {
+ public:
+  explicit HpuTimer(c10::Device /*device*/) {}
+
+  std::optional<int64_t> measureDifference(Event start, Event end) override {
+    const int64_t start_time = getTimeRef(start);
+    const int64_t end_time = getTimeRef(end);
+    // unset, or recorded in different iterations
+    if (start_time == c10d::kUnsetTime || end_time == c10d::kUnsetTime || end_time < start_time) return std::nullopt;
+    return end_time - start_time;
+  }
+};
+
 }  // namespace
 }  // namespace virtual_hpu
+
+// the registration macro names the registry unqualified
+namespace c10d {
+C10_REGISTER_TYPED_CLASS(TimerRegistry, c10::kHPU, virtual_hpu::HpuTimer);
+}  // namespace c10d
