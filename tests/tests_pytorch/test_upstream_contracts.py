@@ -133,3 +133,152 @@ def test_trainer_deepspeed_hooks(caller, call):
         f"upstream's DeepSpeedStrategy.{caller} no longer calls {call}: re-check strategies/hpu_deepspeed.py"
     )
     assert issubclass(_MockOptimizer, torch.optim.Optimizer)
+
+
+# (library, module, name, file that relies on it, what for): private names that must exist with the shape we use.
+# The hooks whose call sites matter are pinned by the tests above; these are imported or read as attributes.
+PRIVATE_NAMES = [
+    ("lightning", "lightning.fabric.utilities.types", "_DEVICE", "strategies/single_hpu.py", "device type alias"),
+    ("lightning", "lightning.fabric.utilities.types", "_PATH", "plugins/io/hpu.py", "path type alias"),
+    (
+        "lightning",
+        "lightning.fabric.utilities.distributed",
+        "_destroy_dist_connection",
+        "strategies/_hpu.py",
+        "destroy the group at exit, before interpreter shutdown",
+    ),
+    ("lightning", "lightning.fabric.connector", "_Connector", "_lightning_hpu", "Fabric's connector, subclassed"),
+    ("lightning", "lightning.fabric.connector", "_PLUGIN_INPUT", "_lightning_hpu/connector.py", "argument types"),
+    ("lightning", "lightning.fabric.connector", "_PRECISION_INPUT", "_lightning_hpu/connector.py", "argument types"),
+    (
+        "lightning",
+        "lightning.fabric.connector",
+        "_convert_precision_to_unified_args",
+        "plugins/precision/hpu.py",
+        "precision flags in unified form",
+    ),
+    ("lightning", "lightning.fabric.strategies", "_StrategyRegistry", "strategies/*.py", "registering names"),
+    (
+        "lightning",
+        "lightning.fabric.accelerators.registry",
+        "_AcceleratorRegistry",
+        "accelerators/hpu.py",
+        "registering 'hpu'",
+    ),
+    (
+        "lightning",
+        "lightning.pytorch.utilities.argparse",
+        "_defaults_from_env_vars",
+        "trainer/trainer.py",
+        "PL_TRAINER_* defaults on our Trainer",
+    ),
+    (
+        "lightning",
+        "lightning.pytorch.callbacks.progress.rich_progress",
+        "_RICH_AVAILABLE",
+        "trainer/hpu_flags.py",
+        "which progress bar to default to",
+    ),
+    ("lightning", "lightning.pytorch.profilers.pytorch", "_KINETO_AVAILABLE", "profilers/hpu.py", "trace support"),
+    (
+        "lightning",
+        "lightning.pytorch.loops.training_epoch_loop",
+        "_TrainingEpochLoop",
+        "strategies/_sigterm.py",
+        "the epoch loop our Trainer installs",
+    ),
+    (
+        "lightning",
+        "lightning.pytorch.trainer.connectors.signal_connector",
+        "_SignalConnector",
+        "strategies/_sigterm.py",
+        "the signal connector our Trainer installs",
+    ),
+    (
+        "lightning",
+        "lightning.pytorch.overrides.distributed",
+        "_register_ddp_comm_hook",
+        "strategies/hpu_parallel.py",
+        "DDP communication hooks over HCCL",
+    ),
+    (
+        "lightning",
+        "lightning.pytorch.strategies.launchers.subprocess_script",
+        "_SubprocessScriptLauncher",
+        "strategies/hpu_parallel.py",
+        "killing launched ranks on failure",
+    ),
+    (
+        "lightning",
+        "lightning.pytorch.core.optimizer",
+        "_MockOptimizer",
+        "strategies/hpu_deepspeed.py",
+        "recognising a missing optimizer",
+    ),
+    ("torch", "torch._dynamo.utils", "counters", "virtual_hpu/compilation.py", "graph breaks of hpu_backend"),
+    ("torch", "torch._dynamo.utils", "guard_failures", "virtual_hpu/compilation.py", "recompilation reasons"),
+    (
+        "torch",
+        "torch._tensor_str",
+        "tensor_totype",
+        "virtual_hpu/_facade/.../torch/__init__.py",
+        "printing hpu tensors in fp32, as the bridge",
+    ),
+    ("torch", "torch", "_register_device_module", "virtual_hpu/_facade/.../torch/__init__.py", "torch.hpu"),
+    ("torch", "torch._C", "_dispatch_keyset_full_after", "virtual_hpu/graph_capture.py", "replay below autograd"),
+    ("torch", "torch._C", "_ExcludeDispatchKeyGuard", "virtual_hpu/graph_capture.py", "replay below autograd"),
+    ("torch", "torch._C", "_dispatch_get_all_op_names", "virtual_hpu/op_names.py", "validating op lists"),
+    (
+        "torch",
+        "torch._functorch.aot_autograd",
+        "make_boxed_func",
+        "virtual_hpu/.../compile_backend/backends.py",
+        "hpu_backend",
+    ),
+    (
+        "neural_compressor",
+        "neural_compressor.torch.algorithms.fp8_quant._quant_common",
+        "quant_config",
+        "plugins/precision/hpu_fp8_inference.py",
+        "reading INC's quantization mode",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("library", "module", "name", "where", "purpose"),
+    PRIVATE_NAMES,
+    ids=[f"{m}.{n}" for _, m, n, _, _ in PRIVATE_NAMES],
+)
+def test_private_names_exist(library, module, name, where, purpose):
+    import importlib
+
+    pytest.importorskip(library)
+    assert hasattr(importlib.import_module(module), name), (
+        f"{library} no longer has {module}.{name}, which {where} uses ({purpose}): re-check that file"
+    )
+
+
+@pytest.mark.parametrize(
+    ("owner", "attribute", "where"),
+    [
+        (
+            "lightning.pytorch.loops.training_epoch_loop._TrainingEpochLoop",
+            "_batches_that_stepped",
+            "callbacks/hpu_performance.py",
+        ),
+        ("lightning.pytorch.profilers.pytorch.PyTorchProfiler", "_has_on_trace_ready", "profilers/hpu.py"),
+        ("lightning.pytorch.trainer.trainer.Trainer", "_signal_connector", "trainer/trainer.py"),
+        ("lightning.pytorch.loops.fit_loop._FitLoop", "epoch_loop", "trainer/trainer.py"),
+    ],
+)
+def test_private_attributes_set_by_upstream(owner, attribute, where):
+    """Attributes of upstream objects that we read or replace: upstream's class still sets them."""
+    import importlib
+    import re
+
+    module, _, class_name = owner.rpartition(".")
+    source = inspect.getsource(getattr(importlib.import_module(module), class_name))
+    assert re.search(rf"self\.{attribute}\s*(:[^=\n]*)?=", source), (
+        f"{owner} no longer sets {attribute}: re-check {where}"
+    )
