@@ -8,7 +8,6 @@ runs; HPU misconfigurations fail here, before any work.
 
 from typing import Any, Union
 
-from lightning.fabric.accelerators import Accelerator
 from lightning.fabric.plugins.precision import DeepSpeedPrecision, FSDPPrecision, MixedPrecision, Precision
 from lightning.fabric.strategies import STRATEGY_REGISTRY, FSDPStrategy, Strategy
 
@@ -17,16 +16,19 @@ from lightning_fabric.plugins.precision.hpu import FabricHooks
 from lightning_fabric.strategies import HPUDeepSpeedStrategy, HPUFSDPStrategy, HPUParallelStrategy, SingleHPUStrategy
 from pytorch_lightning.accelerators.hpu import HPUAccelerator
 from pytorch_lightning.strategies._hpu import _HPUStrategyMixin
+from pytorch_lightning.strategies._hpu_choice import CUDA_NAMES, StrategyChoice, as_list
 from pytorch_lightning.strategies.hpu_deepspeed import hpu_name_of
-from pytorch_lightning.trainer.hpu_flags import _as_list, _describe
 
-# upstream's names -> the HPU strategy that does the same over HCCL
-_CUDA_NAMES = {
-    "ddp": "hpu_parallel",
-    "ddp_spawn": "hpu_parallel_spawn",
-    "fsdp": "hpu_fsdp",
-    "fsdp_cpu_offload": "hpu_fsdp_cpu_offload",
-}
+# the HPU strategy rules, with Fabric's registry and classes
+_CHOICE = StrategyChoice(
+    owner="Fabric",
+    registry=STRATEGY_REGISTRY,
+    strategy_base=Strategy,
+    hpu_base=_HPUStrategyMixin,
+    single=SingleHPUStrategy.strategy_name,
+    parallel=HPUParallelStrategy.strategy_name,
+    error=ValueError,
+)
 # Fabric's fp8 flag on CUDA (NVIDIA's Transformer Engine) is fp8 with Gaudi's
 _CUDA_PRECISIONS = {"transformer-engine": "fp8"}
 
@@ -34,10 +36,10 @@ _CUDA_PRECISIONS = {"transformer-engine": "fp8"}
 def resolve_hpu_flags(flags: dict[str, Any]) -> dict[str, Any]:
     """Return Fabric's arguments with HPU flags resolved; arguments that do not involve HPU come back unchanged."""
     accelerator, strategy = _lower(flags["accelerator"]), _lower(flags["strategy"])
-    if not _uses_hpu(accelerator, strategy):
+    if not _CHOICE.uses_hpu(accelerator, strategy):
         return flags
     if isinstance(strategy, str):
-        strategy = hpu_name_of(strategy) or _CUDA_NAMES.get(strategy, strategy)
+        strategy = hpu_name_of(strategy) or CUDA_NAMES.get(strategy, strategy)
     elif type(strategy) is FSDPStrategy:
         strategy = HPUFSDPStrategy.from_upstream(strategy)
     if not HPUAccelerator.is_available():
@@ -46,9 +48,9 @@ def resolve_hpu_flags(flags: dict[str, Any]) -> dict[str, Any]:
             " package is not installed or sees no device. Install the Intel Gaudi software stack, or set"
             " `VIRTUAL_HPU=1` to run on the virtual Gaudi."
         )
-    single = isinstance(strategy, SingleHPUStrategy) or strategy == SingleHPUStrategy.strategy_name
-    devices = 1 if single and flags["devices"] == "auto" else HPUAccelerator.parse_devices(flags["devices"])
-    hpu_strategy = _hpu_strategy(strategy, devices, flags["num_nodes"], chosen_by_auto=accelerator == "auto")
+    single_by_name = _CHOICE.is_single(strategy) and flags["devices"] == "auto"
+    devices = 1 if single_by_name else HPUAccelerator.parse_devices(flags["devices"])
+    hpu_strategy = _CHOICE.choose(strategy, devices, flags["num_nodes"], chosen_by_auto=accelerator == "auto")
     precision = flags["precision"]
     if isinstance(precision, str):
         precision = _CUDA_PRECISIONS.get(precision, precision)
@@ -57,57 +59,12 @@ def resolve_hpu_flags(flags: dict[str, Any]) -> dict[str, Any]:
         "accelerator": accelerator if isinstance(accelerator, HPUAccelerator) else HPUAccelerator(),
         "devices": devices,
         "strategy": hpu_strategy,
-        **_hpu_precision(precision, _as_list(flags["plugins"]), _precision_family(hpu_strategy)),
+        **_hpu_precision(precision, as_list(flags["plugins"]), _precision_family(hpu_strategy)),
     }
 
 
 def _lower(flag: Any) -> Any:
     return flag.lower() if isinstance(flag, str) else flag
-
-
-def _uses_hpu(accelerator: Union[str, Accelerator], strategy: Union[str, Strategy]) -> bool:
-    if isinstance(accelerator, HPUAccelerator) or accelerator == "hpu":
-        return True
-    if _is_hpu_strategy(strategy):
-        if accelerator != "auto":
-            raise ValueError(
-                f"`Fabric(strategy={_describe(strategy)})` runs on HPUs but `accelerator={_describe(accelerator)}` was"
-                " given. Use `accelerator='hpu'` (or 'auto'), or choose a strategy for that accelerator."
-            )
-        return True
-    # "auto" prefers a Gaudi, unless a strategy instance already carries another accelerator
-    strategy_accelerator = strategy.accelerator if isinstance(strategy, Strategy) else None
-    return accelerator == "auto" and strategy_accelerator is None and HPUAccelerator.is_available()
-
-
-def _is_hpu_strategy(strategy: Union[str, Strategy]) -> bool:
-    if isinstance(strategy, Strategy):
-        return isinstance(strategy, _HPUStrategyMixin)
-    if strategy in STRATEGY_REGISTRY:
-        return issubclass(STRATEGY_REGISTRY[strategy]["strategy"], _HPUStrategyMixin)
-    return isinstance(strategy, str) and strategy.startswith("hpu")
-
-
-def _hpu_strategy(
-    strategy: Union[str, Strategy], devices: int, num_nodes: int, chosen_by_auto: bool
-) -> Union[str, Strategy]:
-    distributed = devices > 1 or num_nodes > 1
-    if strategy == "auto":
-        return HPUParallelStrategy.strategy_name if distributed else SingleHPUStrategy.strategy_name
-    if not _is_hpu_strategy(strategy) or (isinstance(strategy, str) and strategy not in STRATEGY_REGISTRY):
-        names = sorted(name for name in STRATEGY_REGISTRY if _is_hpu_strategy(name))
-        accelerator = "'auto'` (which picks the Gaudi on this machine)" if chosen_by_auto else "'hpu'`"
-        raise ValueError(
-            f"`Fabric(strategy={_describe(strategy)})` is not supported with `accelerator={accelerator}: HPUs run"
-            f" with an HPU strategy. Choose one of {', '.join(names)}, or leave `strategy='auto'`"
-            + (", or set `accelerator='cpu'`." if chosen_by_auto else ".")
-        )
-    if (isinstance(strategy, SingleHPUStrategy) or strategy == SingleHPUStrategy.strategy_name) and distributed:
-        raise ValueError(
-            f"`strategy={_describe(strategy)}` runs on one HPU but `devices={devices}, num_nodes={num_nodes}` asks"
-            f" for more. Use `strategy='{HPUParallelStrategy.strategy_name}'`, or `devices=1`."
-        )
-    return strategy
 
 
 # the precision plugins of the strategies whose own plugins are not the general HPU ones, and upstream's equivalents

@@ -6,7 +6,6 @@ This is the one place where HPU flags become those objects, and where HPU miscon
 """
 
 import os
-from collections.abc import Iterable
 from typing import Any, Optional, Union
 
 from lightning.fabric.plugins.environments import (
@@ -16,7 +15,6 @@ from lightning.fabric.plugins.environments import (
     SLURMEnvironment,
     TorchElasticEnvironment,
 )
-from lightning.pytorch.accelerators import Accelerator
 from lightning.pytorch.callbacks import ProgressBar
 from lightning.pytorch.callbacks.progress.rich_progress import _RICH_AVAILABLE
 from lightning.pytorch.plugins.precision import DeepSpeedPrecision, FSDPPrecision, MixedPrecision, Precision
@@ -30,11 +28,23 @@ from pytorch_lightning.plugins.precision.hpu_deepspeed import HPUDeepSpeedPrecis
 from pytorch_lightning.plugins.precision.hpu_fsdp import HPUFSDPPrecision
 from pytorch_lightning.profilers.hpu import HPUProfiler
 from pytorch_lightning.strategies._hpu import _HPUTrainerStrategyMixin
+from pytorch_lightning.strategies._hpu_choice import CUDA_NAMES, StrategyChoice, as_list
 from pytorch_lightning.strategies.hpu_deepspeed import HPUDeepSpeedStrategy, hpu_name_of
 from pytorch_lightning.strategies.hpu_fsdp import HPUFSDPStrategy
 from pytorch_lightning.strategies.hpu_model_parallel import HPUModelParallelStrategy
 from pytorch_lightning.strategies.hpu_parallel import HPUParallelStrategy
 from pytorch_lightning.strategies.single_hpu import SingleHPUStrategy
+
+# the HPU strategy rules, with the Trainer's registry and classes
+_CHOICE = StrategyChoice(
+    owner="Trainer",
+    registry=StrategyRegistry,
+    strategy_base=Strategy,
+    hpu_base=_HPUTrainerStrategyMixin,
+    single=SingleHPUStrategy.strategy_name,
+    parallel=HPUParallelStrategy.strategy_name,
+    error=MisconfigurationException,
+)
 
 
 def resolve_hpu_flags(flags: dict[str, Any]) -> dict[str, Any]:
@@ -45,11 +55,11 @@ def resolve_hpu_flags(flags: dict[str, Any]) -> dict[str, Any]:
         accelerator = accelerator.lower()
     if isinstance(strategy, str):
         strategy = strategy.lower()
-    if not _uses_hpu(accelerator, strategy):
+    if not _CHOICE.uses_hpu(accelerator, strategy):
         return flags
     # a script moved from CUDA keeps its data-parallel and DeepSpeed strategy names
     if isinstance(strategy, str):
-        strategy = hpu_name_of(strategy) or _CUDA_DATA_PARALLEL.get(strategy, strategy)
+        strategy = hpu_name_of(strategy) or CUDA_NAMES.get(strategy, strategy)
     elif type(strategy) is FSDPStrategy:
         strategy = HPUFSDPStrategy.from_upstream(strategy)
     elif type(strategy) is ModelParallelStrategy:
@@ -64,9 +74,11 @@ def resolve_hpu_flags(flags: dict[str, Any]) -> dict[str, Any]:
     num_nodes = flags.get("num_nodes", 1)
     devices_flag = flags.get("devices", "auto")
     # a single-device strategy asked for by name takes one device when the count is left to us
-    devices = 1 if _is_single(strategy) and devices_flag == "auto" else HPUAccelerator.parse_devices(devices_flag)
-    plugins = _as_list(flags.get("plugins"))
-    hpu_strategy = _hpu_strategy(strategy, devices, num_nodes, chosen_by_auto=accelerator == "auto")
+    devices = (
+        1 if _CHOICE.is_single(strategy) and devices_flag == "auto" else HPUAccelerator.parse_devices(devices_flag)
+    )
+    plugins = as_list(flags.get("plugins"))
+    hpu_strategy = _CHOICE.choose(strategy, devices, num_nodes, chosen_by_auto=accelerator == "auto")
     # upstream reports a `num_nodes` that is not a positive int
     if isinstance(num_nodes, int) and num_nodes > 0 and not _cluster_is_managed(strategy, plugins):
         _validate_world_size(num_nodes, devices)
@@ -92,59 +104,10 @@ def _resolve_profiler(flags: dict[str, Any]) -> dict[str, Any]:
 def _default_progress_bar(flags: dict[str, Any]) -> dict[str, Any]:
     """Upstream's default progress bar reads the values logged with ``prog_bar=True`` after every training step, and
     each read waits for the HPU; ours reads them every ``log_every_n_steps`` steps. A bar the user passes is kept."""
-    callbacks = _as_list(flags.get("callbacks"))
+    callbacks = as_list(flags.get("callbacks"))
     if flags.get("enable_progress_bar") is False or any(isinstance(callback, ProgressBar) for callback in callbacks):
         return {}
     return {"callbacks": [*callbacks, HPURichProgressBar() if _RICH_AVAILABLE else HPUTQDMProgressBar()]}
-
-
-def _uses_hpu(accelerator: Union[str, Accelerator], strategy: Union[str, Strategy]) -> bool:
-    hpu_strategy = _is_hpu_strategy(strategy)
-    if isinstance(accelerator, HPUAccelerator) or accelerator == "hpu":
-        return True
-    if hpu_strategy:
-        if accelerator != "auto":
-            raise MisconfigurationException(
-                f"`Trainer(strategy={_describe(strategy)})` runs on HPUs but `accelerator={_describe(accelerator)}` was"
-                " given. Use `accelerator='hpu'` (or 'auto'), or choose a strategy for that accelerator."
-            )
-        return True
-    # "auto" prefers a Gaudi, unless a strategy instance already carries another accelerator
-    strategy_accelerator = getattr(strategy, "_accelerator", None) if isinstance(strategy, Strategy) else None
-    return accelerator == "auto" and strategy_accelerator is None and HPUAccelerator.is_available()
-
-
-def _is_hpu_strategy(strategy: Union[str, Strategy]) -> bool:
-    if isinstance(strategy, Strategy):
-        return isinstance(strategy, _HPUTrainerStrategyMixin)
-    if strategy in StrategyRegistry:
-        return issubclass(StrategyRegistry[strategy]["strategy"], _HPUTrainerStrategyMixin)
-    return isinstance(strategy, str) and strategy.startswith("hpu")
-
-
-def _hpu_strategy_names() -> list[str]:
-    return sorted(name for name in StrategyRegistry if _is_hpu_strategy(name))
-
-
-def _hpu_strategy(
-    strategy: Union[str, Strategy], devices: int, num_nodes: int, chosen_by_auto: bool
-) -> Union[str, Strategy]:
-    distributed = devices > 1 or num_nodes > 1
-    if strategy == "auto":
-        return HPUParallelStrategy.strategy_name if distributed else SingleHPUStrategy.strategy_name
-    if not _is_hpu_strategy(strategy) or (isinstance(strategy, str) and strategy not in StrategyRegistry):
-        accelerator = "'auto'` (which picks the Gaudi on this machine)" if chosen_by_auto else "'hpu'`"
-        raise MisconfigurationException(
-            f"`Trainer(strategy={_describe(strategy)})` is not supported with `accelerator={accelerator}: HPUs train"
-            f" with an HPU strategy. Choose one of {', '.join(_hpu_strategy_names())}, or leave `strategy='auto'`"
-            + (", or set `accelerator='cpu'`." if chosen_by_auto else ".")
-        )
-    if _is_single(strategy) and distributed:
-        raise MisconfigurationException(
-            f"`strategy={_describe(strategy)}` trains on one HPU but `devices={devices}, num_nodes={num_nodes}` asks"
-            f" for more. Use `strategy='{HPUParallelStrategy.strategy_name}'`, or `devices=1`."
-        )
-    return strategy
 
 
 def _cluster_is_managed(strategy: Union[str, Strategy], plugins: list[Any]) -> bool:
@@ -196,20 +159,6 @@ def _validate_rendezvous(num_nodes: int) -> None:
         )
 
 
-# upstream's data-parallel names -> the HPU strategy that does the same over HCCL
-_CUDA_DATA_PARALLEL = {
-    "ddp": "hpu_parallel",
-    "ddp_spawn": "hpu_parallel_spawn",
-    "fsdp": "hpu_fsdp",
-    "fsdp_cpu_offload": "hpu_fsdp_cpu_offload",
-    "model_parallel": "hpu_model_parallel",
-}
-
-
-def _is_single(strategy: Union[str, Strategy]) -> bool:
-    return isinstance(strategy, SingleHPUStrategy) or strategy == SingleHPUStrategy.strategy_name
-
-
 def _hpu_precision(precision: Optional[Union[str, int]], plugins: list[Any], family: type[Precision]) -> dict[str, Any]:
     """The HPU precision plugin of the strategy's family (DeepSpeed's leaves backward and the step to its engine,
     FSDP's sets the dtypes of the shards)."""
@@ -258,15 +207,3 @@ def _as_hpu_plugin(plugin: Precision, family: type[Precision]) -> Precision:
         + (" without its strategy" if special and family is HPUPrecisionPlugin else "")
         + f". Pass `{family.__name__}(precision=...)` instead, or use the `precision` flag."
     )
-
-
-def _as_list(plugins: Any) -> list[Any]:
-    if plugins is None:
-        return []
-    if isinstance(plugins, Iterable) and not isinstance(plugins, (str, dict)):
-        return list(plugins)
-    return [plugins]
-
-
-def _describe(flag: Any) -> str:
-    return repr(flag) if isinstance(flag, str) else f"{type(flag).__name__}()"

@@ -140,7 +140,7 @@ def test_building_a_plugin_changes_nothing_in_the_process(tmp_path):
     assert _mm_dtype() == torch.bfloat16
     # nor does a Trainer that refuses its flags
     plugin = HPUPrecisionPlugin(precision="bf16-mixed", **_mm_in_fp32(tmp_path))
-    with pytest.raises(MisconfigurationException, match="trains on one HPU"):
+    with pytest.raises(MisconfigurationException, match="runs on one HPU"):
         pl.Trainer(accelerator="hpu", devices=2, strategy="hpu_single", plugins=[plugin])
     assert dict(os.environ) == environment
     assert _mm_dtype() == torch.bfloat16

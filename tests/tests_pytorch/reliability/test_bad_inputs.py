@@ -106,13 +106,13 @@ ROWS = [
     BadInput(
         "strategy='hpu_single', devices=-1",
         _MISCONF,
-        ("trains on one HPU", "Use `strategy='hpu_parallel'`"),
+        ("runs on one HPU", "Use `strategy='hpu_parallel'`"),
         _hpu(strategy="hpu_single", devices=-1),
     ),
     BadInput(
         "strategy='hpu_single', devices=2",
         _MISCONF,
-        ("trains on one HPU", "or `devices=1`"),
+        ("runs on one HPU", "or `devices=1`"),
         _hpu(strategy="hpu_single", devices=2),
     ),
     # strategies

@@ -132,11 +132,11 @@ def test_user_checkpoint_io_is_respected():
 @pytest.mark.parametrize(
     ("flags", "match"),
     [
-        ({"accelerator": "hpu", "strategy": "ddp_notebook", "devices": 2}, "HPUs train with an HPU strategy"),
-        ({"accelerator": "hpu", "strategy": DDPStrategy()}, "HPUs train with an HPU strategy"),
+        ({"accelerator": "hpu", "strategy": "ddp_notebook", "devices": 2}, "HPUs run with an HPU strategy"),
+        ({"accelerator": "hpu", "strategy": DDPStrategy()}, "HPUs run with an HPU strategy"),
         ({"accelerator": "hpu", "strategy": "hpu_nonexistent"}, "Choose one of .*hpu_parallel"),
         ({"accelerator": "cpu", "strategy": "hpu_parallel"}, "runs on HPUs but `accelerator='cpu'`"),
-        ({"accelerator": "hpu", "strategy": "hpu_single", "devices": 2}, "trains on one HPU"),
+        ({"accelerator": "hpu", "strategy": "hpu_single", "devices": 2}, "runs on one HPU"),
         ({"accelerator": "hpu", "precision": "64-true"}, "not supported on HPU"),
         ({"accelerator": "hpu", "precision": "transformer-engine"}, "not supported on HPU"),
         ({"accelerator": "hpu", "precision": "fp8-magic"}, "not supported on HPU"),
