@@ -4,16 +4,25 @@ Upstream's training loop broadcasts a flag tensor on the root device at the star
 back with ``.item()`` (``_TrainingEpochLoop._broadcast_sigterm_tensor``); its SIGTERM handler broadcasts one too. On
 Gaudi that read makes the host wait for the device to finish the previous step before it can record the next one, at
 every step on every rank. A SIGTERM flag is host state: HPU strategies agree on it over a CPU (gloo) process group of
-their own instead. Our ``Trainer`` uses the loop and signal connector below, which do so whenever the strategy has a
-:class:`SigtermAgreement`, and leave upstream's behaviour unchanged otherwise.
+their own instead, without waiting for that exchange either. Our ``Trainer`` uses the loop and signal connector below,
+which do so whenever the strategy has a :class:`SigtermAgreement`, and leave upstream's behaviour unchanged otherwise.
 
-A SIGTERM is noted, not acted on, where it arrives; at the start of the next training step every rank learns whether
-any rank noted one, and if so all of them set ``trainer.received_sigterm`` and raise upstream's ``SIGTERMException``
-at that same step. (Acting on it at once, as upstream's checks at the end of a step do, would stop the receiving rank
-alone and leave the others waiting in the next collective.)
+A SIGTERM is noted, not acted on, where it arrives. At the start of each training step every rank starts an exchange of
+its flag and collects the one the ranks started at the previous step; if any rank had noted a SIGTERM before that one,
+all of them set ``trainer.received_sigterm`` and raise upstream's ``SIGTERMException`` at that same step. (Acting on it
+at once, as upstream's checks at the end of a step do, would stop the receiving rank alone and leave the others waiting
+in the next collective.)
+
+Reaction time: one training step more than a blocking exchange. A SIGTERM that arrives during step ``k`` stops every
+rank at the start of step ``k + 2`` (a blocking exchange would stop them at ``k + 1``); in exchange no step waits for
+the other ranks or for the exchange.
+A SIGTERM that arrives during the last two steps of a fit does not stop it: the fit ends as planned, and only the
+receiving rank reports ``received_sigterm``.
 """
 
+import contextlib
 import logging
+from datetime import timedelta
 from types import FrameType
 from typing import Optional
 
@@ -34,27 +43,50 @@ OVERRIDDEN_UPSTREAM_HOOKS = (
     (_UpstreamSignalConnector, "_sigterm_notifier_fn"),
 )
 
+# how long ``SigtermAgreement.close`` waits for an exchange still in flight (normally none, or one long finished)
+_LAST_EXCHANGE_TIMEOUT = timedelta(seconds=5)
+
 
 class SigtermAgreement:
     """The ranks' agreement on SIGTERM, over a gloo process group created (collectively) with the main one.
 
-    One all-reduce of a CPU integer per training step: the ranks' hosts meet there (they meet in the gradient
-    all-reduce anyway), but no rank waits for its device.
+    Each call starts an all-reduce of a CPU integer without waiting for it, and returns the result of the one the
+    previous call started. That one has normally finished long before: the ranks have met in the step's gradient
+    collectives since, and gloo exchanges the integer on a thread of its own. So no rank waits, for its device or for
+    the other ranks, and every rank gets the same answer at the same call, one call later than a blocking all-reduce
+    would give it.
     """
 
     def __init__(self) -> None:
         # the group carries CPU tensors only, but must name a backend for the HPU too: a group created while the main
         # one is bound to an HPU (``init_process_group(device_id=...)``, as Lightning does) is bound to it as well
         self.group = dist.new_group(backend="cpu:gloo,hpu:gloo")
+        # torch names no default backend for a group of "device:backend" pairs when a backend plugin ("hccl") is
+        # registered, and warns "No backend of type 0 found" when the group is destroyed
+        self.group._set_default_backend(dist.ProcessGroup.BackendType.GLOO)
         self._flag = torch.zeros(1, dtype=torch.int32)
+        self._in_flight: Optional[dist.Work] = None
 
     def any_rank(self, noted: bool) -> bool:
-        """Whether any rank passes ``noted=True``; every rank must call it, at the same point."""
-        self._flag.fill_(int(noted))
-        dist.all_reduce(self._flag, op=dist.ReduceOp.MAX, group=self.group)
-        return bool(self._flag.item())
+        """Whether any rank passed ``noted=True`` to the previous call (``False`` at the first); every rank must call
+        it, at the same points. After it returned ``True`` nothing is left in flight: the ranks are expected to stop."""
+        agreed = False
+        if self._in_flight is not None:
+            self._in_flight.wait()
+            self._in_flight = None
+            agreed = bool(self._flag.item())
+        if not agreed:
+            self._flag.fill_(int(noted))
+            self._in_flight = dist.all_reduce(self._flag, op=dist.ReduceOp.MAX, group=self.group, async_op=True)
+        return agreed
 
     def close(self) -> None:
+        if self._in_flight is not None:
+            # the last exchange has finished unless a rank failed before starting it: then give up on it after a
+            # while (destroying the group abandons it) rather than hold up this rank's teardown
+            with contextlib.suppress(RuntimeError):
+                self._in_flight.wait(timeout=_LAST_EXCHANGE_TIMEOUT)
+            self._in_flight = None
         dist.destroy_process_group(self.group)
 
 
@@ -64,7 +96,7 @@ def _agreement(trainer: object) -> Optional[SigtermAgreement]:
 
 class _SignalConnector(_UpstreamSignalConnector):
     """Upstream's, except that with a :class:`SigtermAgreement` a SIGTERM is only noted (and forwarded to the
-    processes this one launched, as upstream does), for the ranks to agree on at the next step."""
+    processes this one launched, as upstream does), for the ranks to agree on at a later step."""
 
     sigterm_noted = False
 

@@ -1,8 +1,9 @@
 """SIGTERM to any one rank of ``hpu_parallel`` mid-epoch stops every rank within seconds, at the same step, with
 upstream's ``SIGTERMException`` (a ``SystemExit()``: the launcher exits with code 0).
 
-The ranks agree on the signal at the start of each step over a CPU process group (``strategies/_sigterm.py``), not
-with upstream's broadcast of a device tensor read back each step (with which a SIGTERM to rank 1 alone hangs the run).
+The ranks agree on the signal over a CPU process group (``strategies/_sigterm.py``): an exchange started at the start of
+each step and collected at the start of the next, so they stop one step later than a blocking exchange would, still at
+the same step. Upstream's broadcast of a device tensor read back each step hangs the run on a SIGTERM to rank 1 alone.
 """
 
 import os
