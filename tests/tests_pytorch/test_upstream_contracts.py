@@ -282,3 +282,11 @@ def test_private_attributes_set_by_upstream(owner, attribute, where):
     assert re.search(rf"self\.{attribute}\s*(:[^=\n]*)?=", source), (
         f"{owner} no longer sets {attribute}: re-check {where}"
     )
+
+
+def test_process_group_default_backend_setter():
+    """``strategies/_sigterm.py``: the SIGTERM agreement's group of "device:backend" pairs is given gloo as its default
+    backend, which torch leaves unset when a backend plugin is registered (and then warns when destroying it)."""
+    assert hasattr(dist.ProcessGroup, "_set_default_backend") and hasattr(dist.ProcessGroup.BackendType, "GLOO"), (
+        "ProcessGroup._set_default_backend changed: re-check strategies/_sigterm.py"
+    )

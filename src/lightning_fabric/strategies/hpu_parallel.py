@@ -9,6 +9,7 @@ from pytorch_lightning.strategies._hpu import (
     _destroy_process_group_at_exit,
     _HPUParallelDevicesMixin,
     _HPUStrategyMixin,
+    hccl_ddp_names,
 )
 
 
@@ -43,8 +44,7 @@ class HPUParallelStrategy(_HPUStrategyMixin, _HPUParallelDevicesMixin, DDPStrate
     @classmethod
     @override
     def register_strategies(cls, strategy_registry: _StrategyRegistry) -> None:
-        names = ((cls.strategy_name, "popen"), (f"{cls.strategy_name}_spawn", "spawn"), ("hpu_ddp", "popen"))
-        for name, start_method in names:
+        for name, start_method in hccl_ddp_names(cls.strategy_name):
             strategy_registry.register(
                 name,
                 cls,

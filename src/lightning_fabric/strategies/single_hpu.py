@@ -2,7 +2,6 @@
 
 from typing import Optional
 
-import torch
 from lightning.fabric.accelerators import Accelerator
 from lightning.fabric.plugins import CheckpointIO
 from lightning.fabric.plugins.precision import Precision
@@ -10,7 +9,7 @@ from lightning.fabric.strategies import SingleDeviceStrategy, _StrategyRegistry
 from lightning.fabric.utilities.types import _DEVICE
 from typing_extensions import override
 
-from pytorch_lightning.strategies._hpu import _HPUStrategyMixin
+from pytorch_lightning.strategies._hpu import _HPUStrategyMixin, single_hpu_device
 
 
 class SingleHPUStrategy(_HPUStrategyMixin, SingleDeviceStrategy):
@@ -28,9 +27,7 @@ class SingleHPUStrategy(_HPUStrategyMixin, SingleDeviceStrategy):
         checkpoint_io: Optional[CheckpointIO] = None,
         precision: Optional[Precision] = None,
     ) -> None:
-        device = torch.device(device)
-        if device.type != "hpu":
-            raise ValueError(f"`SingleHPUStrategy(device={device!r})` needs an HPU device, e.g. 'hpu:0'.")
+        device = single_hpu_device(device, type(self).__name__)
         super().__init__(device=device, accelerator=accelerator, checkpoint_io=checkpoint_io, precision=precision)
 
     @classmethod

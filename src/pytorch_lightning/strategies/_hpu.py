@@ -250,3 +250,17 @@ def _destroy_process_group_at_exit() -> None:
     """
     atexit.unregister(_destroy_dist_connection)
     atexit.register(_destroy_dist_connection)
+
+
+def single_hpu_device(device: Union[torch.device, str, int], owner: str) -> torch.device:
+    """The device of a one-HPU strategy, which must be an HPU."""
+    device = torch.device(device)
+    if device.type != "hpu":
+        raise ValueError(f"`{owner}(device={device!r})` needs an HPU device, e.g. 'hpu:0'.")
+    return device
+
+
+def hccl_ddp_names(parallel: str) -> tuple[tuple[str, str], ...]:
+    """(name, start method) of the data-parallel HPU strategies; ``"hpu_ddp"`` is the name lightning-habana users
+    know."""
+    return ((parallel, "popen"), (f"{parallel}_spawn", "spawn"), ("hpu_ddp", "popen"))

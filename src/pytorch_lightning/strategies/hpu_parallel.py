@@ -15,6 +15,7 @@ from pytorch_lightning.strategies._hpu import (
     _destroy_process_group_at_exit,
     _HPUParallelDevicesMixin,
     _HPUTrainerStrategyMixin,
+    hccl_ddp_names,
 )
 
 
@@ -82,9 +83,7 @@ class HPUParallelStrategy(_HPUTrainerStrategyMixin, _HPUParallelDevicesMixin, DD
     @classmethod
     @override
     def register_strategies(cls, strategy_registry: _StrategyRegistry) -> None:
-        # "hpu_ddp" is the name lightning-habana users know
-        names = ((cls.strategy_name, "popen"), (f"{cls.strategy_name}_spawn", "spawn"), ("hpu_ddp", "popen"))
-        for name, start_method in names:
+        for name, start_method in hccl_ddp_names(cls.strategy_name):
             strategy_registry.register(
                 name,
                 cls,

@@ -2,7 +2,6 @@
 
 from typing import Optional
 
-import torch
 from lightning.fabric.plugins import CheckpointIO
 from lightning.fabric.strategies import _StrategyRegistry
 from lightning.fabric.utilities.types import _DEVICE
@@ -11,7 +10,7 @@ from lightning.pytorch.plugins.precision import Precision
 from lightning.pytorch.strategies.single_device import SingleDeviceStrategy
 from typing_extensions import override
 
-from pytorch_lightning.strategies._hpu import _HPUTrainerStrategyMixin
+from pytorch_lightning.strategies._hpu import _HPUTrainerStrategyMixin, single_hpu_device
 
 
 class SingleHPUStrategy(_HPUTrainerStrategyMixin, SingleDeviceStrategy):
@@ -29,9 +28,7 @@ class SingleHPUStrategy(_HPUTrainerStrategyMixin, SingleDeviceStrategy):
         checkpoint_io: Optional[CheckpointIO] = None,
         precision_plugin: Optional[Precision] = None,
     ) -> None:
-        device = torch.device(device)
-        if device.type != "hpu":
-            raise ValueError(f"`SingleHPUStrategy(device={device!r})` needs an HPU device, e.g. 'hpu:0'.")
+        device = single_hpu_device(device, type(self).__name__)
         super().__init__(
             device=device, accelerator=accelerator, checkpoint_io=checkpoint_io, precision_plugin=precision_plugin
         )
