@@ -35,9 +35,14 @@ _FABRIC_MODULE = "lightning.fabric.fabric"
 
 
 def autoload() -> None:
-    """Have Fabric resolve HPU flags when a Gaudi is present; called by ``import torch``."""
+    """When a Gaudi is present, have Fabric resolve HPU flags, and silence the known messages of dependencies that do
+    not concern the user's run (:mod:`_lightning_hpu.console`) before any of them is imported; called by
+    ``import torch``."""
     if not gaudi_present():
         return
+    from _lightning_hpu import console
+
+    console.quiet_known_noise()
     connector = sys.modules.get(_CONNECTOR_MODULE)
     if connector is not None and hasattr(connector, "_Connector"):
         _use_hpu_connector(connector)

@@ -5,9 +5,9 @@ Everything upstream ``lightning.pytorch`` offers is available here under the sam
 """
 
 import virtual_hpu as _virtual_hpu
-from pytorch_lightning import _console
+from _lightning_hpu import console as _console
 
-# before `transformers` or Intel Neural Compressor is imported, in every process, launched workers included
+# also when PyTorch's device-backend autoload, which does it first, is turned off
 _console.quiet_known_noise()
 # before anything probes for Gaudi, so that ``VIRTUAL_HPU=1`` reaches every process, launched workers included
 _virtual_hpu.activate_from_env()
