@@ -105,6 +105,7 @@ def main() -> None:
     parser.add_argument("--sharding", help="HPUFSDPStrategy(sharding_strategy=...) instead of --strategy")
     parser.add_argument("--state-dict", default="full", help="with --sharding: the checkpoint kind, full or sharded")
     parser.add_argument("--activation-checkpointing", action="store_true", help="with --sharding: of the Linear layers")
+    parser.add_argument("--mesh", help="with --sharding: the device mesh as a shape, e.g. 1,2 (replicas, shards)")
     parser.add_argument("--precision", default=None)
     parser.add_argument("--outputs", type=int, default=1, help="the number of regression targets")
     parser.add_argument("--compile", action="store_true", help="fit torch.compile(model, backend='hpu_backend')")
@@ -137,6 +138,7 @@ def main() -> None:
             sharding_strategy=args.sharding,
             state_dict_type=args.state_dict,
             activation_checkpointing_policy={nn.Linear} if args.activation_checkpointing else None,
+            **({"device_mesh": tuple(map(int, args.mesh.split(",")))} if args.mesh else {}),
         )
     trainer = pl.Trainer(
         accelerator="hpu",

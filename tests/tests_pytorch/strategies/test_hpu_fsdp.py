@@ -38,8 +38,10 @@ def reference(references) -> dict:
         (("--sharding", "NO_SHARD"), False),
         (("--strategy", "hpu_fsdp_cpu_offload"), True),
         (("--sharding", "FULL_SHARD", "--activation-checkpointing"), True),
+        # one replica of two shards: hybrid sharding over the (replicas, shards) mesh
+        (("--sharding", "HYBRID_SHARD", "--mesh", "1,2"), True),
     ],
-    ids=["full_shard", "shard_grad_op", "no_shard", "cpu_offload", "activation_checkpointing"],
+    ids=["full_shard", "shard_grad_op", "no_shard", "cpu_offload", "activation_checkpointing", "hybrid_shard"],
 )
 def test_two_processes_end_where_one_process_on_the_whole_batches_does(tmp_path, reference, arguments, sharded):
     wait(run_ddp(tmp_path, "--devices", "2", *arguments, *TWO_OUTPUTS))
