@@ -303,3 +303,20 @@ def test_fp16_refused_on_first_generation_gaudi():
     result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode != 0
     assert "needs Gaudi2 or newer" in result.stderr and "Use `precision='bf16-mixed'`" in result.stderr
+
+
+def test_setup_module_and_optimizers_separately_and_autocast():
+    """``setup_module``/``setup_optimizers`` (as for FSDP-style code) and ``fabric.autocast()`` for code outside the
+    model's forward."""
+    fabric = L.Fabric(accelerator="hpu", devices=1, precision="bf16-mixed")
+    network = fabric.setup_module(fabric_run.model())
+    optimizer = fabric.setup_optimizers(torch.optim.SGD(network.parameters(), lr=0.1))
+    assert next(network.parameters()).device.type == "hpu"
+    inputs = fabric.to_device(torch.randn(4, 6))
+    with fabric.autocast():
+        # a matmul outside the model runs in bf16 too
+        assert (inputs @ inputs.T).dtype == torch.bfloat16
+    before = [parameter.detach().clone() for parameter in network.parameters()]
+    fabric.backward(network(inputs).pow(2).mean())
+    optimizer.step()
+    assert any(not torch.equal(old, new) for old, new in zip(before, network.parameters()))
