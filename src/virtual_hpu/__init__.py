@@ -5,6 +5,7 @@ small torch extension, registers ``torch.hpu`` and makes a ``habana_frameworks``
 run where a real Gaudi software stack is installed.
 """
 
+import importlib.machinery
 import importlib.util
 import logging
 import os
@@ -34,7 +35,8 @@ def config() -> Config:
 
 
 def _refuse_real_installation() -> None:
-    spec = importlib.util.find_spec("habana_frameworks")
+    # on the path only: the import hook that activates us in lazy mode (``_autoload``) is not an installation
+    spec = importlib.machinery.PathFinder.find_spec("habana_frameworks")
     if spec is None:
         return
     locations = [Path(p).resolve() for p in (spec.submodule_search_locations or [])]

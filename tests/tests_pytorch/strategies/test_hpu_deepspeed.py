@@ -342,8 +342,9 @@ def test_two_optimizers_are_refused():
 
 @pytest.mark.parametrize(("autoload", "detected"), [("1", "hpu"), ("0", "cpu")])
 def test_deepspeed_imported_first_still_uses_the_hpu(tmp_path, autoload, detected):
-    """DeepSpeed detects its accelerator when imported. With Gaudi loaded on ``import torch`` (autoload, the eager-mode
-    default) it finds the HPU; without, it picks the CPU, and the strategy switches it to the HPU."""
+    """DeepSpeed detects its accelerator when imported. With Gaudi loaded on ``import torch`` (PyTorch's device-backend
+    autoload) it finds the HPU; with every backend's autoload off, no Gaudi software is loaded or importable yet, it
+    picks the CPU, and the strategy switches it to the HPU."""
     import os
     import subprocess
     import sys
@@ -363,7 +364,7 @@ def test_deepspeed_imported_first_still_uses_the_hpu(tmp_path, autoload, detecte
         "assert trainer.strategy.deepspeed_engine.device.type == 'hpu'\n"
         "print('ok')\n"
     )
-    env = {**os.environ, "PT_HPU_AUTOLOAD": autoload}
+    env = {**os.environ, "TORCH_DEVICE_BACKEND_AUTOLOAD": autoload}
     result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, env=env)
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.strip().endswith("ok")
