@@ -83,7 +83,8 @@ def _refuse_another_world_size(trainer: "Trainer") -> None:
     if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
         return
     existing = torch.distributed.get_world_size()
-    if existing != trainer.world_size:
+    # a stage on one device uses no process group
+    if trainer.world_size > 1 and existing != trainer.world_size:
         raise MisconfigurationException(
             f"This process already belongs to a process group of {existing} process(es), but `Trainer(devices="
             f"{trainer.num_devices}, num_nodes={trainer.num_nodes})` runs {trainer.world_size}. Call"
