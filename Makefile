@@ -23,8 +23,10 @@ $(STAMP): setup.py pyproject.toml requirements/*.txt
 demo: setup
 	VIRTUAL_HPU=$${VIRTUAL_HPU:-$(VIRTUAL_HPU_DEFAULT)} $(PY) examples/pytorch/hpu_classifier.py --devices 2 --precision bf16-mixed
 
+# two workers (pytest-xdist), each taking whole test files, so that a file's module fixtures and order stay in one
+# process; files are handed out in collection order, which starts the slowest (benchmarks, docs, multi-process) early
 test: setup
-	$(PY) -m pytest tests/tests_pytorch tests/tests_virtual_hpu
+	$(PY) -m pytest -n 2 --dist loadfile --no-loadscope-reorder tests/tests_pytorch tests/tests_virtual_hpu
 
 lint: setup
 	$(PY) -m ruff check src tests examples benchmarks

@@ -10,10 +10,17 @@ A test that depends on the mode takes a parameter named ``hpu_mode``::
 Tests whose mode is the session's run in the session. The others run in one child pytest session per mode, started
 with ``PT_HPU_LAZY_MODE`` set for that mode when the first of them comes up; each reports the child's outcome for
 it, as if it had run here (``-x``, ``-v`` and failure details work as usual).
+
+Under pytest-xdist (``make test`` runs ``-n 2 --dist loadfile``: whole files per worker) each worker is a process of its
+own: it activates the device and starts the child sessions it needs itself, and this module keeps the workers from
+getting in each other's way (see ``_share_the_machine_between_workers``).
 """
 
+import errno
 import json
 import os
+import random
+import socket
 import subprocess
 import sys
 import tempfile
@@ -22,6 +29,58 @@ from typing import Optional
 
 import pytest
 from _pytest.reports import TestReport
+
+
+def _share_the_machine_between_workers() -> None:
+    """In a pytest-xdist worker (and in the child sessions it starts, which inherit its environment):
+
+    * a share of the cores: ``OMP_NUM_THREADS`` is the cores divided by the workers unless it is set, for the worker
+      (torch reads it when it is first imported, after this module) and every process its tests start. Two workers
+      each running a thread per core on two cores wait on each other's spinning threads.
+    * ports of its own: a socket bound to port 0 ("any free port") in the worker gets the next free one of a block
+      below the kernel's ephemeral range, one block per worker. That is how the tests pick ``MASTER_PORT`` for the
+      ranks they start (``free_port``, ``find_free_network_port``: bind to 0, read the port, close), so the ports of
+      two workers can never be the same, and no port the kernel hands out for a connection or another ``bind(0)`` on
+      the machine is one of them either. The port is then bound again by a rank, so a block is walked in turn rather
+      than from its start each time.
+    """
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0") or 0)
+    if not worker.startswith("gw") or workers < 1:
+        return
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, cores // workers)))
+
+    try:
+        ephemeral = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        ephemeral = 32768
+    first, block = 10000, (ephemeral - 10000) // workers
+    if block < 100:
+        return
+    start = first + int(worker[2:]) * block
+    ports = range(start, start + block)
+    position = random.randrange(block)  # a child session of this worker starts elsewhere in the block
+    bind = socket.socket.bind
+
+    def bind_in_this_workers_block(self: socket.socket, address) -> None:
+        nonlocal position
+        if self.family not in (socket.AF_INET, socket.AF_INET6) or not isinstance(address, tuple) or address[1] != 0:
+            return bind(self, address)
+        for _ in range(block):
+            port = ports[position]
+            position = (position + 1) % block
+            try:
+                return bind(self, (address[0], port, *address[2:]))
+            except OSError as error:
+                if error.errno not in (errno.EADDRINUSE, errno.EACCES):
+                    raise
+        return bind(self, address)  # the whole block taken: any port, as asked
+
+    socket.socket.bind = bind_in_this_workers_block
+
+
+_share_the_machine_between_workers()
 
 MODES = ("eager", "lazy")
 SESSION_MODE = "lazy" if os.environ.get("PT_HPU_LAZY_MODE", "").strip() == "1" else "eager"
