@@ -8,7 +8,7 @@ import subprocess
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 _Case = TypeVar("_Case")
 _Result = TypeVar("_Result")
@@ -145,3 +145,15 @@ def step_ratios(results: dict, numerator: str, denominator: str) -> list:
     """Median-step-time ratios of the fits of two kinds taken one after the other (results of ``interleaved``)."""
     pairs = zip(results[numerator], results[denominator])
     return [statistics.median(top["ms"]) / statistics.median(bottom["ms"]) for top, bottom in pairs]
+
+
+def seeded_mlp(width: int, classes: int) -> Any:
+    """The MLP ``width x width x width x classes`` that the step benchmarks train, with the same weights in every
+    process. Call it after ``use_gaudi_or_virtual()``."""
+    import torch
+    from torch import nn
+
+    torch.manual_seed(0)
+    return nn.Sequential(
+        nn.Linear(width, width), nn.ReLU(), nn.Linear(width, width), nn.ReLU(), nn.Linear(width, classes)
+    )

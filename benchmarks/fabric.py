@@ -21,7 +21,7 @@ from argparse import ArgumentParser
 from collections.abc import Callable
 from contextlib import nullcontext
 
-from _common import interleaved, print_table, spread, use_gaudi_or_virtual
+from _common import interleaved, print_table, seeded_mlp, spread, use_gaudi_or_virtual
 
 use_gaudi_or_virtual()
 
@@ -36,10 +36,7 @@ WARMUP = 3
 
 
 def _network() -> nn.Module:
-    torch.manual_seed(0)
-    return nn.Sequential(
-        nn.Linear(WIDTH, WIDTH), nn.ReLU(), nn.Linear(WIDTH, WIDTH), nn.ReLU(), nn.Linear(WIDTH, CLASSES)
-    )
+    return seeded_mlp(WIDTH, CLASSES)
 
 
 def _batches(steps: int) -> list:

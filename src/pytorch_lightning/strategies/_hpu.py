@@ -173,14 +173,8 @@ class _HPUParallelDevicesMixin:
     ) -> Union[Tensor, Any]:
         return hccl_reduce(tensor, group, reduce_op)
 
-    def all_reduce(
-        self,
-        tensor: Union[Tensor, Any],
-        group: Optional[Any] = None,
-        reduce_op: Optional[Union[ReduceOp, str]] = "mean",
-    ) -> Union[Tensor, Any]:
-        # Fabric's name for the Trainer's ``reduce``
-        return hccl_reduce(tensor, group, reduce_op)
+    # Fabric's name for the Trainer's ``reduce``
+    all_reduce = reduce
 
     @property
     def parallel_devices(self) -> Optional[list[torch.device]]:
