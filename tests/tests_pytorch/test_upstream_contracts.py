@@ -225,7 +225,15 @@ PRIVATE_NAMES = [
         "printing hpu tensors in fp32, as the bridge",
     ),
     ("torch", "torch", "_register_device_module", "virtual_hpu/_facade/.../torch/__init__.py", "torch.hpu"),
+    ("torch", "torch._C", "_dispatch_keyset_full", "virtual_hpu/graph_capture.py", "replay below autograd"),
     ("torch", "torch._C", "_dispatch_keyset_full_after", "virtual_hpu/graph_capture.py", "replay below autograd"),
+    (
+        "torch",
+        "torch.utils._python_dispatch",
+        "TorchDispatchMode",
+        "virtual_hpu/graph_capture.py",
+        "recording a capture",
+    ),
     ("torch", "torch._C", "_ExcludeDispatchKeyGuard", "virtual_hpu/graph_capture.py", "replay below autograd"),
     ("torch", "torch._C", "_dispatch_get_all_op_names", "virtual_hpu/op_names.py", "validating op lists"),
     (
@@ -289,4 +297,52 @@ def test_process_group_default_backend_setter():
     backend, which torch leaves unset when a backend plugin is registered (and then warns when destroying it)."""
     assert hasattr(dist.ProcessGroup, "_set_default_backend") and hasattr(dist.ProcessGroup.BackendType, "GLOO"), (
         "ProcessGroup._set_default_backend changed: re-check strategies/_sigterm.py"
+    )
+
+
+@pytest.mark.parametrize(
+    ("owner", "method", "where"),
+    [
+        ("lightning.pytorch.strategies.DeepSpeedStrategy", "_auto_select_batch_size", "strategies/hpu_deepspeed.py"),
+        ("lightning.pytorch.strategies.DeepSpeedStrategy", "_format_config", "strategies/hpu_deepspeed.py"),
+        ("lightning.pytorch.strategies.DeepSpeedStrategy", "_init_optimizers", "strategies/hpu_deepspeed.py"),
+        (
+            "lightning.pytorch.strategies.DeepSpeedStrategy",
+            "_initialize_deepspeed_inference",
+            "strategies/hpu_deepspeed.py",
+        ),
+        (
+            "lightning.pytorch.strategies.DeepSpeedStrategy",
+            "_initialize_deepspeed_train",
+            "strategies/hpu_deepspeed.py",
+        ),
+        (
+            "lightning.fabric.strategies.DeepSpeedStrategy",
+            "_format_config",
+            "lightning_fabric/strategies/hpu_deepspeed.py",
+        ),
+        (
+            "lightning.fabric.strategies.DeepSpeedStrategy",
+            "_setup_distributed",
+            "lightning_fabric/strategies/hpu_deepspeed.py",
+        ),
+        (
+            "lightning.fabric.strategies.DDPStrategy",
+            "_setup_distributed",
+            "lightning_fabric/strategies/hpu_parallel.py",
+        ),
+        (
+            "lightning.fabric.strategies.DDPStrategy",
+            "_determine_ddp_device_ids",
+            "lightning_fabric/strategies/hpu_parallel.py",
+        ),
+    ],
+)
+def test_overridden_private_methods_exist(owner, method, where):
+    """Private methods of upstream strategies that our subclasses override and call through ``super()``."""
+    import importlib
+
+    module, _, class_name = owner.rpartition(".")
+    assert callable(getattr(getattr(importlib.import_module(module), class_name), method, None)), (
+        f"{owner}.{method} is gone: re-check {where}"
     )
