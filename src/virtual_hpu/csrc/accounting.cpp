@@ -110,9 +110,13 @@ uint64_t tensorDigest(uint64_t seed, const at::Tensor& tensor) {
   return digest;
 }
 
+uint64_t nameDigest(const std::string& name, const std::string& overload) {
+  return mix(std::hash<std::string>{}(name) ^ mix(std::hash<std::string>{}(overload)));
+}
+
 uint64_t opDigest(const c10::OperatorHandle& op, const torch::jit::Stack& stack, size_t first) {
   const auto& name = op.operator_name();
-  uint64_t digest = mix(std::hash<std::string>{}(name.name) ^ mix(std::hash<std::string>{}(name.overload_name)));
+  uint64_t digest = nameDigest(name.name, name.overload_name);
   for (size_t i = first; i < stack.size(); ++i) {
     if (stack[i].isTensor()) digest = tensorDigest(digest, stack[i].toTensor());
   }

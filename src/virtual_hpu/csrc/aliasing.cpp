@@ -12,14 +12,61 @@ namespace {
 // A CPU alias keeps the HPU storage it reads alive.
 void releaseHpuStorage(void* storage) { c10::raw::intrusive_ptr::decref(static_cast<c10::StorageImpl*>(storage)); }
 
-c10::Storage makeCpuAliasStorage(c10::StorageImpl* hpu) {
-  c10::raw::intrusive_ptr::incref(hpu);
-  c10::DataPtr data(hpu->mutable_data(), hpu, &releaseHpuStorage, c10::Device(c10::DeviceType::CPU));
-  // Resizable so CPU kernels may grow `out=` tensors; CpuAliases::writeBack carries that over.
-  return c10::Storage(c10::make_intrusive<c10::StorageImpl>(c10::StorageImpl::use_byte_size_t(), hpu->nbytes(),
-                                                            std::move(data), c10::GetCPUAllocator(),
-                                                            /*resizable=*/true));
-}
+// Every op makes CPU aliases of its HPU tensors. Their TensorImpl and StorageImpl objects (three heap blocks per
+// tensor with the version counter) are kept per thread and re-aimed at the next op's memory; an alias that outlived
+// its op (held by someone else) is simply not reused.
+class AliasPool {
+ public:
+  c10::intrusive_ptr<c10::StorageImpl> storage(c10::StorageImpl* hpu) {
+    c10::raw::intrusive_ptr::incref(hpu);
+    c10::DataPtr data(hpu->mutable_data(), hpu, &releaseHpuStorage, c10::Device(c10::DeviceType::CPU));
+    if (storages_.empty()) {
+      // Resizable so CPU kernels may grow `out=` tensors; CpuAliases::writeBack carries that over.
+      return c10::make_intrusive<c10::StorageImpl>(c10::StorageImpl::use_byte_size_t(), hpu->nbytes(),
+                                                   std::move(data), c10::GetCPUAllocator(), /*resizable=*/true);
+    }
+    c10::intrusive_ptr<c10::StorageImpl> storage = std::move(storages_.back());
+    storages_.pop_back();
+    storage->set_data_ptr_noswap(std::move(data));
+    storage->set_nbytes(hpu->nbytes());
+    return storage;
+  }
+
+  c10::intrusive_ptr<c10::TensorImpl> tensor(const c10::intrusive_ptr<c10::StorageImpl>& storage, const at::Tensor& like) {
+    c10::intrusive_ptr<c10::TensorImpl> impl;
+    if (tensors_.empty()) {
+      impl = c10::make_intrusive<c10::TensorImpl>(c10::Storage(storage), c10::DispatchKeySet(c10::DispatchKey::CPU),
+                                                  like.dtype());
+    } else {
+      impl = std::move(tensors_.back());
+      tensors_.pop_back();
+      impl->set_storage_and_dtype(c10::Storage(storage), like.dtype());
+    }
+    impl->set_sizes_and_strides(like.sizes(), like.strides(), like.storage_offset());
+    return impl;
+  }
+
+  void give(c10::intrusive_ptr<c10::TensorImpl>&& impl) {
+    if (impl.use_count() != 1 || impl.weak_use_count() != 1 || tensors_.size() >= kKept) return;
+    impl->set_storage_keep_dtype(parking_);  // lets go of the op's memory
+    tensors_.push_back(std::move(impl));
+  }
+
+  void give(c10::intrusive_ptr<c10::StorageImpl>&& storage) {
+    if (storage.use_count() != 1 || storage.weak_use_count() != 1 || storages_.size() >= kKept) return;
+    storage->set_data_ptr_noswap(c10::DataPtr(nullptr, c10::Device(c10::DeviceType::CPU)));
+    storage->set_nbytes(0);
+    storages_.push_back(std::move(storage));
+  }
+
+ private:
+  static constexpr size_t kKept = 16;
+  c10::Storage parking_{c10::Storage::use_byte_size_t(), 0, c10::GetCPUAllocator(), /*resizable=*/false};
+  c10::SmallVector<c10::intrusive_ptr<c10::TensorImpl>, kKept> tensors_;
+  c10::SmallVector<c10::intrusive_ptr<c10::StorageImpl>, kKept> storages_;
+};
+
+thread_local AliasPool t_pool;
 
 // A CPU result adopted as HPU memory: keeps the CPU storage alive and books its bytes on the device.
 struct AdoptedMemory {
@@ -54,45 +101,8 @@ at::Tensor tensorOn(c10::Storage storage, c10::DispatchKey key, const at::Tensor
   return out;
 }
 
-}  // namespace
-
-at::Tensor CpuAliases::toCpu(const at::Tensor& hpu) {
-  c10::StorageImpl* storage = hpu.storage().unsafeGetStorageImpl();
-  const c10::Storage* alias = nullptr;
-  for (const Entry& entry : storages_) {
-    if (entry.hpu_storage == storage) alias = &entry.cpu_storage;
-  }
-  if (alias == nullptr) {
-    storages_.push_back({storage, makeCpuAliasStorage(storage)});
-    alias = &storages_.back().cpu_storage;
-  }
-  at::Tensor cpu = tensorOn(*alias, c10::DispatchKey::CPU, hpu);
-  inputs_.push_back({cpu.unsafeGetTensorImpl(), hpu});
-  return cpu;
-}
-
-at::Tensor CpuAliases::toHpu(const at::Tensor& cpu, c10::DeviceIndex index) {
-  if (!cpu.defined() || !cpu.is_cpu()) return cpu;
-  for (const Input& input : inputs_) {
-    if (input.cpu_impl == cpu.unsafeGetTensorImpl()) return input.hpu;  // in-place and out= results
-  }
-  c10::StorageImpl* storage = cpu.storage().unsafeGetStorageImpl();
-  for (const Entry& entry : storages_) {
-    if (entry.cpu_storage.unsafeGetStorageImpl() == storage && entry.cpu_storage.data() == entry.hpu_storage->data()) {
-      // A view of an input: the same view on the HPU storage.
-      c10::Storage hpu(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(entry.hpu_storage));
-      return tensorOn(std::move(hpu), c10::DispatchKey::HPU, cpu);
-    }
-  }
-  checkDtype(cpu.scalar_type());
-  for (const auto& [cpu_storage, hpu_storage] : adopted_) {
-    if (cpu_storage == storage) return tensorOn(hpu_storage, c10::DispatchKey::HPU, cpu);
-  }
-  adopted_.emplace_back(storage, adoptStorage(cpu.storage(), index));
-  return tensorOn(adopted_.back().second, c10::DispatchKey::HPU, cpu);
-}
-
-void CpuAliases::writeBack(const at::Tensor& hpu, const at::Tensor& cpu) {
+// Brings a resize or re-seat done by a CPU kernel on `cpu` back to its HPU original.
+void writeBack(const at::Tensor& hpu, const at::Tensor& cpu) {
   c10::StorageImpl* target = hpu.storage().unsafeGetStorageImpl();
   const c10::Storage& source = cpu.storage();
   if (source.data() != target->data()) {
@@ -108,6 +118,59 @@ void CpuAliases::writeBack(const at::Tensor& hpu, const at::Tensor& cpu) {
       impl->storage_offset() != cpu.storage_offset()) {
     impl->set_sizes_and_strides(cpu.sizes(), cpu.strides(), cpu.storage_offset());
   }
+}
+
+}  // namespace
+
+CpuAliases::~CpuAliases() {
+  // Drop the inputs first: only then is an alias storage held by this object alone.
+  for (Input& input : inputs_) t_pool.give(std::move(input.cpu));
+  for (Entry& entry : storages_) t_pool.give(std::move(entry.cpu_storage));
+}
+
+at::Tensor CpuAliases::toCpu(c10::MaybeOwned<at::Tensor> hpu, bool written) {
+  c10::StorageImpl* storage = hpu->storage().unsafeGetStorageImpl();
+  const c10::intrusive_ptr<c10::StorageImpl>* alias = nullptr;
+  for (const Entry& entry : storages_) {
+    if (entry.hpu_storage == storage) alias = &entry.cpu_storage;
+  }
+  if (alias == nullptr) {
+    storages_.push_back({storage, t_pool.storage(storage)});
+    alias = &storages_.back().cpu_storage;
+  }
+  c10::intrusive_ptr<c10::TensorImpl> cpu = t_pool.tensor(*alias, *hpu);
+  inputs_.push_back({cpu, std::move(hpu), written});
+  return at::Tensor(std::move(cpu));
+}
+
+void CpuAliases::finishWrites() {
+  for (const Input& input : inputs_) {
+    if (!input.written) continue;
+    const at::Tensor cpu = at::Tensor::wrap_tensor_impl(input.cpu);
+    roundToFloat(cpu);
+    writeBack(*input.hpu, cpu);
+  }
+}
+
+at::Tensor CpuAliases::toHpu(const at::Tensor& cpu, c10::DeviceIndex index) {
+  if (!cpu.defined() || !cpu.is_cpu()) return cpu;
+  for (const Input& input : inputs_) {
+    if (input.cpu.get() == cpu.unsafeGetTensorImpl()) return *input.hpu;  // in-place and out= results
+  }
+  c10::StorageImpl* storage = cpu.storage().unsafeGetStorageImpl();
+  for (const Entry& entry : storages_) {
+    if (entry.cpu_storage.get() == storage && entry.cpu_storage->data() == entry.hpu_storage->data()) {
+      // A view of an input: the same view on the HPU storage.
+      c10::Storage hpu(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(entry.hpu_storage));
+      return tensorOn(std::move(hpu), c10::DispatchKey::HPU, cpu);
+    }
+  }
+  checkDtype(cpu.scalar_type());
+  for (const auto& [cpu_storage, hpu_storage] : adopted_) {
+    if (cpu_storage == storage) return tensorOn(hpu_storage, c10::DispatchKey::HPU, cpu);
+  }
+  adopted_.emplace_back(storage, adoptStorage(cpu.storage(), index));
+  return tensorOn(adopted_.back().second, c10::DispatchKey::HPU, cpu);
 }
 
 }  // namespace virtual_hpu

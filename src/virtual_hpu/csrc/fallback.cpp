@@ -36,37 +36,11 @@ c10::IValue mapTensors(const c10::IValue& value, const Map& map) {
 }
 
 // Ops whose CUDA kernels accept CPU index tensors next to device tensors; elsewhere only 0-dim CPU tensors may mix.
-bool acceptsCpuTensors(const c10::OperatorName& name) {
+bool acceptsCpuTensors(std::string_view name) {
   static const std::array<std::string_view, 6> ops = {"aten::index",     "aten::index_put_", "aten::_index_put_impl_",
                                                       "aten::index_put", "aten::_unsafe_index", "aten::_unsafe_index_put"};
-  return std::find(ops.begin(), ops.end(), name.name) != ops.end();
+  return std::find(ops.begin(), ops.end(), name) != ops.end();
 }
-
-// Refuses the device mixes a real device refuses, so that missing `.to(device)` calls show up here too.
-class DeviceCheck {
- public:
-  void see(const at::Tensor& t) {
-    if (t.is_hpu()) {
-      if (!hpu_) hpu_ = t.device();
-      TORCH_CHECK(*hpu_ == t.device(), "Expected all tensors to be on the same device, but found at least two devices, ",
-                  *hpu_, " and ", t.device(), "!");
-    } else if (t.dim() > 0 && !cpu_) {
-      cpu_ = t.device();
-    }
-  }
-  void check(const c10::OperatorHandle& op) const {
-    TORCH_CHECK(!hpu_ || !cpu_ || acceptsCpuTensors(op.operator_name()),
-                "Expected all tensors to be on the same device, but found at least two devices, ", *hpu_, " and ",
-                *cpu_, "! (when running ", op.operator_name(), ")");
-  }
-  std::optional<c10::DeviceIndex> index() const {
-    return hpu_ ? std::optional<c10::DeviceIndex>(hpu_->index()) : std::nullopt;
-  }
-
- private:
-  std::optional<c10::Device> hpu_;
-  std::optional<c10::Device> cpu_;
-};
 
 }  // namespace
 
@@ -77,38 +51,40 @@ void hpuFallback(const c10::OperatorHandle& op, c10::DispatchKeySet /*keys*/, to
   CpuAliases aliases;
   DeviceCheck devices;
   std::optional<c10::DeviceIndex> requested;  // from a `device=` argument
-  c10::SmallVector<std::pair<at::Tensor, at::Tensor>, 2> mutated;  // (HPU original, CPU alias)
 
-  auto toCpu = [&](const at::Tensor& t) -> at::Tensor {
+  // Tensors in lists are copied out of lists that are then replaced: the aliases keep them.
+  auto listElementToCpu = [&](const at::Tensor& t) -> at::Tensor {
     if (!t.defined()) return t;
     devices.see(t);
-    return t.is_hpu() ? aliases.toCpu(t) : t;
+    return t.is_hpu() ? aliases.toCpu(c10::MaybeOwned<at::Tensor>::owned(at::Tensor(t))) : t;
   };
 
   for (size_t i = 0; i < arguments.size(); ++i) {
     c10::IValue& value = (*stack)[first + i];
     if (value.isTensor()) {
-      at::Tensor hpu = value.toTensor();
-      at::Tensor cpu = toCpu(hpu);
-      const auto* alias_info = arguments[i].alias_info();
-      if (hpu.is_hpu() && alias_info != nullptr && alias_info->isWrite()) mutated.emplace_back(hpu, cpu);
-      value = std::move(cpu);
+      // moved, not copied, out of the stack: no reference count to change
+      at::Tensor tensor = std::move(value).toTensor();
+      if (tensor.defined()) devices.see(tensor);
+      if (tensor.defined() && tensor.is_hpu()) {
+        const auto* alias_info = arguments[i].alias_info();
+        const bool written = alias_info != nullptr && alias_info->isWrite();
+        value = aliases.toCpu(c10::MaybeOwned<at::Tensor>::owned(std::move(tensor)), written);
+      } else {
+        value = std::move(tensor);
+      }
     } else if (value.isDevice() && value.toDevice().is_hpu()) {
       requested = resolveIndex(value.toDevice());
       value = c10::Device(c10::DeviceType::CPU);
     } else {
-      value = mapTensors(value, toCpu);
+      value = mapTensors(value, listElementToCpu);
     }
   }
-  devices.check(op);
-  const c10::DeviceIndex device = requested ? *requested : devices.index().value_or(currentDevice());
+  devices.check(op.operator_name().name);
+  const c10::DeviceIndex device = requested ? *requested : devices.index();
 
   op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
 
-  for (const auto& [hpu, cpu] : mutated) {
-    roundToFloat(cpu);
-    CpuAliases::writeBack(hpu, cpu);
-  }
+  aliases.finishWrites();
   auto toHpu = [&](const at::Tensor& t) {
     at::Tensor hpu = aliases.toHpu(t, device);
     if (hpu.defined() && hpu.is_hpu()) roundToFloat(t);
@@ -117,6 +93,18 @@ void hpuFallback(const c10::OperatorHandle& op, c10::DispatchKeySet /*keys*/, to
   for (size_t i = stack->size() - op.schema().returns().size(); i < stack->size(); ++i) {
     (*stack)[i] = mapTensors((*stack)[i], toHpu);
   }
+}
+
+void DeviceCheck::check(std::string_view op) const {
+  TORCH_CHECK(!hpu_ || !cpu_ || acceptsCpuTensors(op), "Expected all tensors to be on the same device, but found at "
+              "least two devices, ", *hpu_, " and ", *cpu_, "! (when running ", op, ")");
+}
+
+c10::DeviceIndex DeviceCheck::index() const { return hpu_ ? hpu_->index() : currentDevice(); }
+
+void DeviceCheck::refuseTwoDevices(c10::Device first, c10::Device second) {
+  TORCH_CHECK(false, "Expected all tensors to be on the same device, but found at least two devices, ", first, " and ",
+              second, "!");
 }
 
 }  // namespace virtual_hpu

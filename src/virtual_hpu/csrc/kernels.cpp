@@ -44,8 +44,8 @@ at::Tensor copyFrom(const at::Tensor& self, const at::Tensor& dst, bool /*non_bl
     countOp(isLazy() ? tensorDigest(tensorDigest(0x636f7079, self), dst) : 0);
   }
   CpuAliases aliases;
-  at::Tensor source = self.is_hpu() ? aliases.toCpu(self) : self;
-  at::Tensor target = dst.is_hpu() ? aliases.toCpu(dst) : dst;
+  at::Tensor source = self.is_hpu() ? aliases.toCpu(c10::MaybeOwned<at::Tensor>::borrowed(self)) : self;
+  at::Tensor target = dst.is_hpu() ? aliases.toCpu(c10::MaybeOwned<at::Tensor>::borrowed(dst)) : dst;
   target.copy_(source);
   if (dst.is_hpu()) roundToFloat(target);
   return dst;
@@ -59,7 +59,7 @@ at::Tensor copyFromAndResize(const at::Tensor& self, const at::Tensor& dst) {
 c10::Scalar localScalarDense(const at::Tensor& self) {
   countHostSync();
   CpuAliases aliases;
-  return at::native::_local_scalar_dense_cpu(aliases.toCpu(self));
+  return at::native::_local_scalar_dense_cpu(aliases.toCpu(c10::MaybeOwned<at::Tensor>::borrowed(self)));
 }
 
 // Storages set into HPU tensors must be HPU storages.

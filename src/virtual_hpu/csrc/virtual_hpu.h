@@ -5,7 +5,10 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/core/Allocator.h>
 #include <c10/core/Device.h>
+#include <c10/util/MaybeOwned.h>
 #include <c10/util/SmallVector.h>
+
+#include <string_view>
 
 namespace virtual_hpu {
 
@@ -39,21 +42,29 @@ void roundToFloat(const at::Tensor& cpu);
 // ---- aliasing.cpp: HPU tensors seen as CPU tensors on the same memory ----
 class CpuAliases {
  public:
-  // CPU tensor on the memory of `hpu`; tensors sharing a storage share the alias storage.
-  at::Tensor toCpu(const at::Tensor& hpu);
+  CpuAliases() = default;
+  CpuAliases(const CpuAliases&) = delete;
+  CpuAliases& operator=(const CpuAliases&) = delete;
+  // Hands the alias objects nobody else holds back to this thread's pool.
+  ~CpuAliases();
+  // CPU tensor on the memory of `hpu`; tensors sharing a storage share the alias storage. `hpu` is borrowed when the
+  // caller keeps it alive through the op: copying a tensor that has a Python object takes the GIL.
+  at::Tensor toCpu(c10::MaybeOwned<at::Tensor> hpu, bool written = false);
+  // After the CPU kernel: carries what it did to the `written` aliases (values rounded as Gaudi stores them, a resize
+  // or new memory) over to their HPU tensors.
+  void finishWrites();
   // HPU tensor for a CPU result: the original input, an HPU view, or an adopted new tensor.
   at::Tensor toHpu(const at::Tensor& cpu, c10::DeviceIndex index);
-  // Brings a resize or re-seat done by a CPU kernel on `cpu` back to its HPU original.
-  static void writeBack(const at::Tensor& hpu, const at::Tensor& cpu);
 
  private:
   struct Entry {
     c10::StorageImpl* hpu_storage;
-    c10::Storage cpu_storage;
+    c10::intrusive_ptr<c10::StorageImpl> cpu_storage;
   };
   struct Input {
-    c10::TensorImpl* cpu_impl;
-    at::Tensor hpu;
+    c10::intrusive_ptr<c10::TensorImpl> cpu;
+    c10::MaybeOwned<at::Tensor> hpu;
+    bool written;
   };
   // Small inline vectors: most ops have a handful of tensors, and a heap allocation per op would show.
   c10::SmallVector<Entry, 4> storages_;
@@ -64,6 +75,32 @@ class CpuAliases {
 // ---- fallback.cpp ----
 void hpuFallback(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::jit::Stack* stack);
 
+// Refuses the device mixes a real device refuses, so that missing `.to(device)` calls show up here too.
+class DeviceCheck {
+ public:
+  void see(const at::Tensor& t) {
+    if (t.is_hpu()) {
+      if (!hpu_) {
+        hpu_ = t.device();
+      } else if (*hpu_ != t.device()) {
+        refuseTwoDevices(*hpu_, t.device());
+      }
+    } else if (t.dim() > 0 && !cpu_) {
+      cpu_ = t.device();
+    }
+  }
+  // Throws when HPU and CPU tensors (other than 0-dim ones) meet in `op` (e.g. "aten::add"), unless its device
+  // kernels accept that.
+  void check(std::string_view op) const;
+  // The HPU tensors' device, or the current device without HPU tensors.
+  c10::DeviceIndex index() const;
+
+ private:
+  [[noreturn]] static void refuseTwoDevices(c10::Device first, c10::Device second);
+  std::optional<c10::Device> hpu_;
+  std::optional<c10::Device> cpu_;
+};
+
 // ---- autocast.cpp ----
 // Whether the configured generation has float16 (Gaudi2 and newer).
 bool fp16Supported();
@@ -72,8 +109,9 @@ bool fp16Supported();
 // `digest` describes the op and its input shapes (0 outside lazy mode, where graphs are not compiled per cut)
 void countOp(uint64_t digest = 0);
 void countHostSync();
-// the digest countOp takes: what the op is and the shapes and dtypes of its tensor inputs
+// the digest countOp takes: what the op is (nameDigest) and the shapes and dtypes of its tensor inputs
 uint64_t opDigest(const c10::OperatorHandle& op, const torch::jit::Stack& stack, size_t first);
+uint64_t nameDigest(const std::string& name, const std::string& overload);
 uint64_t tensorDigest(uint64_t seed, const at::Tensor& tensor);
 
 }  // namespace virtual_hpu

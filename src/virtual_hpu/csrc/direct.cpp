@@ -1,0 +1,177 @@
+// Direct (unboxed) HPU kernels for the ops training runs most: the same CPU kernel on aliases of the same memory as
+// the boxed fallback, without packing the arguments into a stack of IValues. Copying an HPU tensor into a stack changes
+// its reference count, which for a tensor with a Python object takes the GIL: these kernels borrow their arguments.
+#include "virtual_hpu.h"
+
+#include <ATen/ops/_log_softmax_backward_data_ops.h>
+#include <ATen/ops/_log_softmax_ops.h>
+#include <ATen/ops/_softmax_backward_data_ops.h>
+#include <ATen/ops/_softmax_ops.h>
+#include <ATen/ops/abs_ops.h>
+#include <ATen/ops/add_ops.h>
+#include <ATen/ops/addcdiv_ops.h>
+#include <ATen/ops/addcmul_ops.h>
+#include <ATen/ops/addmm_ops.h>
+#include <ATen/ops/bmm_ops.h>
+#include <ATen/ops/clamp_ops.h>
+#include <ATen/ops/div_ops.h>
+#include <ATen/ops/exp_ops.h>
+#include <ATen/ops/fill_ops.h>
+#include <ATen/ops/gelu_backward_ops.h>
+#include <ATen/ops/gelu_ops.h>
+#include <ATen/ops/lerp_ops.h>
+#include <ATen/ops/maximum_ops.h>
+#include <ATen/ops/mean_ops.h>
+#include <ATen/ops/mm_ops.h>
+#include <ATen/ops/mul_ops.h>
+#include <ATen/ops/native_layer_norm_backward_ops.h>
+#include <ATen/ops/native_layer_norm_ops.h>
+#include <ATen/ops/neg_ops.h>
+#include <ATen/ops/nll_loss_backward_ops.h>
+#include <ATen/ops/nll_loss_forward_ops.h>
+#include <ATen/ops/pow_ops.h>
+#include <ATen/ops/relu_ops.h>
+#include <ATen/ops/rsqrt_ops.h>
+#include <ATen/ops/sigmoid_backward_ops.h>
+#include <ATen/ops/sigmoid_ops.h>
+#include <ATen/ops/silu_backward_ops.h>
+#include <ATen/ops/silu_ops.h>
+#include <ATen/ops/sqrt_ops.h>
+#include <ATen/ops/sub_ops.h>
+#include <ATen/ops/sum_ops.h>
+#include <ATen/ops/tanh_backward_ops.h>
+#include <ATen/ops/tanh_ops.h>
+#include <ATen/ops/threshold_backward_ops.h>
+#include <ATen/ops/where_ops.h>
+#include <ATen/ops/zero_ops.h>
+#include <torch/library.h>
+
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+namespace virtual_hpu {
+namespace {
+
+// The arguments of one call as the CPU kernel takes them, with the device check and the lazy-mode digest.
+class Arguments {
+ public:
+  explicit Arguments(uint64_t digest) : digest_(digest) {}
+
+  at::Tensor cpu(const at::Tensor& t, bool written) {
+    if (lazy_) digest_ = tensorDigest(digest_, t);
+    if (!t.defined()) return t;
+    devices_.see(t);
+    return t.is_hpu() ? aliases_.toCpu(c10::MaybeOwned<at::Tensor>::borrowed(t), written) : t;
+  }
+  std::optional<at::Tensor> cpu(const std::optional<at::Tensor>& t, bool written) {
+    return t ? std::optional<at::Tensor>(cpu(*t, written)) : std::nullopt;
+  }
+  // Everything else (scalars, sizes, flags) passes as it is.
+  template <class T>
+  const T& cpu(const T& value, bool /*written*/) {
+    return value;
+  }
+
+  // Checks the devices and counts the op once all its arguments are seen.
+  void ready(const char* name) {
+    devices_.check(name);
+    countOp(lazy_ ? digest_ : 0);
+  }
+
+  CpuAliases& aliases() { return aliases_; }
+  c10::DeviceIndex device() const { return devices_.index(); }
+
+ private:
+  const bool lazy_ = isLazy();
+  uint64_t digest_;
+  DeviceCheck devices_;
+  CpuAliases aliases_;
+};
+
+// HPU results of the CPU kernel's results.
+template <class Result>
+Result toHpu(Arguments& arguments, Result&& result) {
+  if constexpr (std::is_same_v<std::decay_t<Result>, at::Tensor>) {
+    at::Tensor hpu = arguments.aliases().toHpu(result, arguments.device());
+    if (hpu.defined() && hpu.is_hpu()) roundToFloat(result);
+    return hpu;
+  } else {
+    return std::apply([&](auto&&... each) { return Result(toHpu(arguments, std::move(each))...); }, std::move(result));
+  }
+}
+
+template <class Op, class Signature = typename Op::schema>
+struct Direct;
+
+template <class Op, class Result, class... Args>
+struct Direct<Op, Result(Args...)> {
+  // Arguments the schema marks as written are the non-const tensor references: `self` of in-place ops, `out`.
+  template <class Arg>
+  static constexpr bool kWritten = std::is_same_v<Arg, at::Tensor&>;
+
+  static Result run(Args... args) {
+    static const uint64_t name = nameDigest(Op::name, Op::overload_name);
+    Arguments arguments(name);
+    // Braced initialisation converts the arguments in order; the aliases outlive this tuple.
+    std::tuple<std::decay_t<decltype(arguments.cpu(args, kWritten<Args>))>...> cpu{
+        arguments.cpu(args, kWritten<Args>)...};
+    arguments.ready(Op::name);
+    const c10::DispatchKeySet keys(c10::DispatchKey::CPU);
+    if constexpr (std::is_void_v<Result>) {
+      std::apply([&](auto&... each) { Op::redispatch(keys, each...); }, cpu);
+      arguments.aliases().finishWrites();
+    } else if constexpr (std::is_same_v<Result, at::Tensor&>) {
+      // In-place and out= ops return the tensor they wrote: the caller's own.
+      std::apply([&](auto&... each) { Op::redispatch(keys, each...); }, cpu);
+      arguments.aliases().finishWrites();
+      return written(args...);
+    } else {
+      Result result = std::apply([&](auto&... each) { return Op::redispatch(keys, each...); }, cpu);
+      arguments.aliases().finishWrites();
+      return toHpu(arguments, std::move(result));
+    }
+  }
+
+  // The one written argument of an op that returns a reference to it.
+  template <class First, class... Rest>
+  static at::Tensor& written(First&& first, Rest&&... rest) {
+    if constexpr (std::is_same_v<First&&, at::Tensor&>) {
+      return first;
+    } else {
+      static_assert(sizeof...(Rest) > 0, "an op returning a tensor reference writes one of its arguments");
+      return written(std::forward<Rest>(rest)...);
+    }
+  }
+
+  static void registerIn(torch::Library& m) {
+    std::string qualified = Op::name;
+    if (*Op::overload_name != '\0') qualified += std::string(".") + Op::overload_name;
+    m.impl(qualified.c_str(), TORCH_FN(run));
+  }
+};
+
+template <class... Ops>
+void registerDirect(torch::Library& m) {
+  (Direct<Ops>::registerIn(m), ...);
+}
+
+// What an optimizer step (SGD, Adam, AdamW: one tensor at a time, as torch runs them on hpu), the forward and backward
+// of linear layers, normalizations, activations and losses call per step.
+TORCH_LIBRARY_IMPL(aten, HPU, m) {
+  namespace ops = at::_ops;
+  registerDirect<ops::add_Tensor, ops::add__Tensor, ops::add_Scalar, ops::sub_Tensor, ops::sub__Tensor,
+                 ops::mul_Tensor, ops::mul__Tensor, ops::mul__Scalar, ops::div_Tensor, ops::div__Tensor,
+                 ops::div__Scalar, ops::neg, ops::abs, ops::exp, ops::sqrt, ops::rsqrt, ops::pow_Tensor_Scalar,
+                 ops::maximum, ops::clamp, ops::where_self, ops::addcmul_, ops::addcdiv_, ops::lerp__Scalar,
+                 ops::fill__Scalar, ops::zero_>(m);
+  registerDirect<ops::mm, ops::bmm, ops::addmm, ops::sum_dim_IntList, ops::mean_dim, ops::relu,
+                 ops::threshold_backward, ops::gelu, ops::gelu_backward, ops::silu, ops::silu_backward, ops::tanh,
+                 ops::tanh_backward, ops::sigmoid, ops::sigmoid_backward, ops::_softmax, ops::_softmax_backward_data,
+                 ops::_log_softmax, ops::_log_softmax_backward_data, ops::nll_loss_forward, ops::nll_loss_backward,
+                 ops::native_layer_norm, ops::native_layer_norm_backward>(m);
+}
+
+}  // namespace
+}  // namespace virtual_hpu

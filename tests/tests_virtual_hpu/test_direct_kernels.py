@@ -1,0 +1,142 @@
+"""The ops with direct (unboxed) HPU kernels behave as through the boxed fallback: CPU results, the caller's tensor
+back from in-place ops, float64 rounded to float32, device mixes refused, every op counted, and the alias objects
+they reuse per thread hold no device memory once the op is done."""
+
+import threading
+
+import habana_frameworks.torch.hpu as hthpu
+import pytest
+import torch
+
+from virtual_hpu import accounting
+
+# One call per op with a direct kernel (src/virtual_hpu/csrc/direct.cpp), on inputs that are not all contiguous.
+CALLS = {
+    "add": lambda a, b, w: a + b * 2,
+    "add_scalar": lambda a, b, w: torch.add(a, 3.0, alpha=2),
+    "sub": lambda a, b, w: a - b,
+    "mul": lambda a, b, w: a * b,
+    "div": lambda a, b, w: a / (b.abs() + 1),
+    "neg_abs_exp": lambda a, b, w: a.neg().abs().exp(),
+    "sqrt_rsqrt": lambda a, b, w: a.abs().add(1).sqrt().rsqrt(),
+    "pow": lambda a, b, w: a.pow(2),
+    "maximum_clamp": lambda a, b, w: torch.maximum(a, b).clamp(-0.5, 0.5),
+    "where": lambda a, b, w: torch.where(a > 0, a, b),
+    "mm_addmm_bmm": lambda a, b, w: torch.addmm(a[:, :3], a, w) + (a @ w) + torch.bmm(a[None], w[None])[0],
+    "reductions": lambda a, b, w: a.sum(1) + a.mean(0, keepdim=True).sum(),
+    "activations": lambda a, b, w: (
+        torch.relu(a) + torch.nn.functional.gelu(a) + torch.nn.functional.silu(a) + a.tanh() + a.sigmoid()
+    ),
+    "softmax": lambda a, b, w: a.softmax(1) + a.log_softmax(0),
+    "layer_norm": lambda a, b, w: torch.nn.functional.layer_norm(a, (a.shape[1],), w[0] + 1, w[1]),
+    "nll_loss": lambda a, b, w: torch.nn.functional.cross_entropy(a, torch.tensor([0, 2, 1, 0], device=a.device)),
+}
+
+
+def _inputs(device: str) -> tuple[torch.Tensor, ...]:
+    generator = torch.Generator().manual_seed(0)
+    a = torch.randn(3, 4, generator=generator).t().to(device).requires_grad_()  # (4, 3), not contiguous
+    b = torch.randn(4, 3, generator=generator).to(device).requires_grad_()
+    w = torch.randn(3, 3, generator=generator).to(device).requires_grad_()
+    return a, b, w
+
+
+@pytest.mark.parametrize("name", sorted(CALLS))
+def test_forward_and_backward_match_cpu(name):
+    results = {}
+    for device in ("cpu", "hpu"):
+        inputs = _inputs(device)
+        out = CALLS[name](*inputs)
+        out.sum().backward()
+        assert out.device.type == device
+        results[device] = (out.detach().cpu(), *(t.grad.cpu() if t.grad is not None else None for t in inputs))
+    for cpu, hpu in zip(results["cpu"], results["hpu"]):
+        assert (cpu is None) == (hpu is None)
+        if cpu is not None:
+            torch.testing.assert_close(hpu, cpu, rtol=0, atol=0)
+
+
+def test_in_place_ops_write_the_callers_tensor_and_bump_its_version():
+    a = torch.zeros(5, device="hpu")
+    version = a._version
+    storage = a.untyped_storage().data_ptr()
+    returned = a.add_(torch.ones(5, device="hpu")).mul_(3).addcmul_(a, a, value=0.5).lerp_(a, 0.25).div_(2)
+    assert returned is a
+    assert a._version == version + 5
+    assert a.untyped_storage().data_ptr() == storage
+    expected = torch.zeros(5).add_(torch.ones(5)).mul_(3)
+    expected = expected.addcmul_(expected, expected, value=0.5).lerp_(expected, 0.25).div_(2)
+    torch.testing.assert_close(a.cpu(), expected, rtol=0, atol=0)
+    a.zero_()
+    a.fill_(2.0)
+    assert torch.equal(a.cpu(), torch.full((5,), 2.0))
+
+
+def test_in_place_through_a_view_reaches_the_base():
+    base = torch.zeros(4, 4, device="hpu")
+    base[1:3, ::2].add_(1).mul_(5)
+    expected = torch.zeros(4, 4)
+    expected[1:3, ::2].add_(1).mul_(5)
+    assert torch.equal(base.cpu(), expected)
+
+
+def test_float64_results_have_float32_values():
+    x = torch.tensor([1 / 3, 1 + 1e-10], dtype=torch.float64)
+    rounded = x.float().double()
+    on_hpu = x.to("hpu")
+    assert torch.equal((on_hpu * 3).cpu(), (rounded * 3).float().double())
+    on_hpu.mul_(1 / 3)
+    assert torch.equal(on_hpu.cpu(), (rounded * (1 / 3)).float().double())
+
+
+def test_a_cpu_tensor_with_dimensions_is_refused_and_a_cpu_scalar_is_taken():
+    a = torch.ones(3, device="hpu")
+    with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device.*hpu:0 and cpu"):
+        a.add_(torch.ones(3))
+    with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device.*hpu:0 and hpu:1"):
+        torch.mm(torch.ones(2, 2, device="hpu:0"), torch.ones(2, 2, device="hpu:1"))
+    assert torch.equal(a.mul_(torch.tensor(2.0)).cpu(), torch.full((3,), 2.0))
+
+
+def test_results_stay_on_the_inputs_device():
+    with torch.device("hpu:0"):
+        a = torch.ones(2, 2, device="hpu:3")
+        assert (a @ a).device == torch.device("hpu:3")
+        assert (a * 2).device == torch.device("hpu:3")
+
+
+def test_each_op_is_counted():
+    a = torch.ones(8, device="hpu")
+    before = accounting.counters()["ops"]
+    for _ in range(10):
+        a.add_(1.0).mul_(0.5)
+    assert accounting.counters()["ops"] - before == 20
+
+
+def test_device_memory_is_freed_when_the_last_tensor_goes():
+    """The per-thread pool of alias objects must not keep the memory of the op's tensors alive."""
+    hthpu.synchronize()
+    baseline = hthpu.memory_allocated()
+
+    def work() -> None:
+        a = torch.randn(1024, 256, device="hpu")
+        b = a * 2
+        b.add_(a).relu_()
+        assert hthpu.memory_allocated() >= baseline + 3 * a.nbytes - a.nbytes
+        del a, b
+
+    work()
+    assert hthpu.memory_allocated() == baseline
+    worker = threading.Thread(target=work)
+    worker.start()
+    worker.join()
+    assert hthpu.memory_allocated() == baseline
+
+
+def test_a_cpu_result_that_views_an_input_is_a_view_of_the_hpu_tensor():
+    """An op whose CPU kernel returns its input aliases must give back the HPU tensor's memory, not a copy."""
+    a = torch.zeros(6, device="hpu")
+    same = a.contiguous()  # returns self
+    assert same.untyped_storage().data_ptr() == a.untyped_storage().data_ptr()
+    same.add_(1)
+    assert torch.equal(a.cpu(), torch.ones(6))
