@@ -4,7 +4,9 @@ A failure here means the next upstream release renamed or reshaped one of them: 
 message before anything else.
 """
 
+import ast
 import inspect
+import textwrap
 
 import pytest
 import torch
@@ -78,6 +80,34 @@ def test_fabric_builds_the_connector_named_in_its_module():
     upstream = HPUConnector.__base__
     assert (upstream.__module__, upstream.__name__) == ("lightning.fabric.connector", "_Connector"), message
     assert inspect.signature(HPUConnector.__init__) == inspect.signature(upstream.__init__), message
+
+
+def _statements(method) -> list[str]:
+    """The top-level statements of ``method``'s body, unparsed (docstring and formatting aside)."""
+    function = ast.parse(textwrap.dedent(inspect.getsource(method))).body[0]
+    return [
+        ast.unparse(statement)
+        for statement in function.body
+        if not isinstance(statement, ast.Expr) or not isinstance(statement.value, ast.Constant)
+    ]
+
+
+@pytest.mark.parametrize("framework", ["pytorch", "fabric"])
+def test_deepspeed_setup_environment_only_checks_for_cuda(framework):
+    """``strategies/hpu_deepspeed.py`` (Trainer and Fabric): ``HPUDeepSpeedStrategy.setup_environment`` checks for the
+    HPU accelerator, then calls the level above upstream's ``DeepSpeedStrategy.setup_environment``, whose only work is
+    to refuse anything but CUDA. That is only the same chain while upstream's level does nothing else."""
+    import importlib
+
+    strategy = importlib.import_module(f"lightning.{framework}.strategies").DeepSpeedStrategy
+    statements = _statements(strategy.setup_environment)
+    assert len(statements) == 2, (
+        f"upstream's {framework} DeepSpeedStrategy.setup_environment does more than check for CUDA now: port what it"
+        " added into HPUDeepSpeedStrategy.setup_environment (strategies/hpu_deepspeed.py)"
+    )
+    check, chain = statements
+    assert check.startswith("if not isinstance(self.accelerator, CUDAAccelerator):") and "raise" in check, check
+    assert chain == "super().setup_environment()", chain
 
 
 @pytest.mark.parametrize(

@@ -35,7 +35,8 @@ class HPUDeepSpeedStrategy(_HPUStrategyMixin, _HPUParallelDevicesMixin, DeepSpee
         self._require_hpu_accelerator("DeepSpeedStrategy")
         use_deepspeed_hpu_accelerator()
         self._setup_hpu()
-        # upstream's `setup_environment` refuses anything but CUDA; the rest of the chain is what we need
+        # upstream's own level only refuses anything but CUDA, which this method checks for HPU first (pinned by
+        # test_deepspeed_setup_environment_only_checks_for_cuda); the levels above it are the chain we need
         super(DeepSpeedStrategy, self).setup_environment()
 
     @override
