@@ -86,6 +86,11 @@ def activate(
     for index in range(wanted.devices):
         ops.set_memory_limit(index, wanted.memory_mb * 1024 * 1024)
     ops.set_fp16_supported(wanted.fp16_supported)
+    # Where the host CPU has no bf16/fp16 matrix instructions its own low-precision matmul is ~100x slower than fp32:
+    # matrix products of those dtypes are then computed in fp32 and rounded once, as Gaudi's matrix engine does.
+    ops.widen_low_precision_matmuls(
+        not torch.ops.mkldnn._is_mkldnn_bf16_supported(), not torch.ops.mkldnn._is_mkldnn_fp16_supported()
+    )
     # Work on the virtual device is synchronous: running backward on the calling thread, instead of handing every
     # backward pass to a device thread and back, saves two thread wake-ups per pass and matches CPU speed.
     torch.autograd.set_multithreading_enabled(False)

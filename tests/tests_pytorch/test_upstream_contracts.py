@@ -68,6 +68,15 @@ def test_the_host_fp8_gemm_the_amx_simulation_overrides():
     assert callable(torch.library.Library._destroy), "torch.library.Library._destroy is gone: re-check amx_host.py"
 
 
+def test_the_host_low_precision_matmul_queries():
+    """``virtual_hpu/__init__.py``: the virtual Gaudi computes bf16/fp16 matmuls in fp32 where oneDNN says the host
+    has no such matrix instructions (``torch.ops.mkldnn._is_mkldnn_{bf16,fp16}_supported``)."""
+    for query in ("_is_mkldnn_bf16_supported", "_is_mkldnn_fp16_supported"):
+        assert isinstance(getattr(torch.ops.mkldnn, query)(), bool), (
+            f"torch.ops.mkldnn.{query} is gone or changed: re-check virtual_hpu/__init__.py"
+        )
+
+
 def test_fabric_builds_the_connector_named_in_its_module():
     """``_lightning_hpu``: Fabric resolves HPU flags because its module's name ``_Connector`` is made to refer to
     ``HPUConnector``, a subclass of upstream's connector taking the same arguments."""

@@ -2,6 +2,7 @@
 back from in-place ops, float64 rounded to float32, device mixes refused, every op counted, and the alias objects
 they reuse per thread hold no device memory once the op is done."""
 
+import platform
 import threading
 
 import habana_frameworks.torch.hpu as hthpu
@@ -140,3 +141,50 @@ def test_a_cpu_result_that_views_an_input_is_a_view_of_the_hpu_tensor():
     assert same.untyped_storage().data_ptr() == a.untyped_storage().data_ptr()
     same.add_(1)
     assert torch.equal(a.cpu(), torch.ones(6))
+
+
+def test_low_precision_matmuls_are_one_rounding_of_fp32_on_hosts_without_such_units(python):
+    """On a CPU without bf16/fp16 matrix instructions (here: oneDNN held to AVX2), torch's own low-precision matmul
+    is about a hundred times slower than fp32; the virtual Gaudi computes those in fp32 and rounds once, as Gaudi's
+    matrix engine accumulates."""
+    if platform.machine() not in ("x86_64", "AMD64"):
+        pytest.skip("ONEDNN_MAX_CPU_ISA=AVX2 simulates such a host on x86 only")
+    result = python(
+        """
+        import torch
+        assert not torch.ops.mkldnn._is_mkldnn_bf16_supported(), "the host still reports bf16 matrix units"
+        torch.manual_seed(0)
+        a, b, c = torch.randn(48, 40), torch.randn(40, 24), torch.randn(48, 24)
+        for dtype in (torch.bfloat16, torch.float16):
+            x, y, z = (t.to(dtype) for t in (a, b, c))
+            X, Y, Z = (t.to("hpu") for t in (x, y, z))
+            wide = lambda t: t.float()
+            checks = {
+                "mm": (X @ Y, (wide(x) @ wide(y)).to(dtype)),
+                "addmm": (torch.addmm(Z, X, Y, beta=0.5), torch.addmm(wide(z), wide(x), wide(y), beta=0.5).to(dtype)),
+                "bmm": (torch.bmm(X[None], Y[None]), torch.bmm(wide(x)[None], wide(y)[None]).to(dtype)),
+                "baddbmm": (
+                    torch.baddbmm(Z[None], X[None], Y[None]),
+                    torch.baddbmm(wide(z)[None], wide(x)[None], wide(y)[None]).to(dtype),
+                ),
+            }
+            with torch.autocast("hpu", dtype=dtype):
+                linear = torch.nn.functional.linear(a.to("hpu"), b.t().to("hpu"))
+            checks["autocast linear"] = (linear, (wide(x) @ wide(y)).to(dtype))
+            for name, (hpu, expected) in checks.items():
+                assert hpu.dtype == dtype, (name, hpu.dtype)
+                assert torch.equal(hpu.cpu(), expected), (name, dtype)
+            # mixed dtypes are still refused, as the CPU kernel refuses them
+            try:
+                torch.mm(X, Y.float())
+            except RuntimeError:
+                pass
+            else:
+                raise AssertionError("a mixed-dtype mm was accepted")
+        print("ok")
+        """,
+        VIRTUAL_HPU="1",
+        ONEDNN_MAX_CPU_ISA="AVX2",
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip().endswith("ok")

@@ -12,6 +12,7 @@
 #include <ATen/ops/addcdiv_ops.h>
 #include <ATen/ops/addcmul_ops.h>
 #include <ATen/ops/addmm_ops.h>
+#include <ATen/ops/baddbmm_ops.h>
 #include <ATen/ops/bmm_ops.h>
 #include <ATen/ops/clamp_ops.h>
 #include <ATen/ops/div_ops.h>
@@ -46,6 +47,7 @@
 #include <ATen/ops/zero_ops.h>
 #include <torch/library.h>
 
+#include <atomic>
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -54,16 +56,42 @@
 namespace virtual_hpu {
 namespace {
 
+// Set from Python for hosts whose CPU has no bf16 (or fp16) matrix instructions: there torch's own low-precision
+// matmul is about a hundred times slower than fp32's.
+std::atomic<bool> g_widen_bf16_matmul{false};
+std::atomic<bool> g_widen_fp16_matmul{false};
+
+// The low precision a matmul's tensors share, when the host computes it faster in fp32: one rounding of an fp32
+// accumulation, as Gaudi's matrix engine does. Mixed dtypes stay with the CPU kernel, which refuses them.
+template <class... Args>
+std::optional<c10::ScalarType> matmulToWiden(const Args&... args) {
+  std::optional<c10::ScalarType> shared;
+  bool same = true;
+  auto see = [&](const auto& arg) {
+    if constexpr (std::is_same_v<std::decay_t<decltype(arg)>, at::Tensor>) {
+      if (!shared) shared = arg.scalar_type();
+      same = same && arg.scalar_type() == *shared;
+    }
+  };
+  (see(args), ...);
+  if (!shared || !same) return std::nullopt;
+  const bool widen = (*shared == c10::ScalarType::BFloat16 && g_widen_bf16_matmul.load(std::memory_order_relaxed)) ||
+                     (*shared == c10::ScalarType::Half && g_widen_fp16_matmul.load(std::memory_order_relaxed));
+  return widen ? shared : std::nullopt;
+}
+
 // The arguments of one call as the CPU kernel takes them, with the device check and the lazy-mode digest.
 class Arguments {
  public:
-  explicit Arguments(uint64_t digest) : digest_(digest) {}
+  // `widen`: tensors go to the kernel in fp32 (see matmulToWiden).
+  Arguments(uint64_t digest, bool widen) : widen_(widen), digest_(digest) {}
 
   at::Tensor cpu(const at::Tensor& t, bool written) {
     if (lazy_) digest_ = tensorDigest(digest_, t);
     if (!t.defined()) return t;
     devices_.see(t);
-    return t.is_hpu() ? aliases_.toCpu(c10::MaybeOwned<at::Tensor>::borrowed(t), written) : t;
+    at::Tensor cpu = t.is_hpu() ? aliases_.toCpu(c10::MaybeOwned<at::Tensor>::borrowed(t), written) : t;
+    return widen_ ? cpu.to(c10::ScalarType::Float) : cpu;
   }
   std::optional<at::Tensor> cpu(const std::optional<at::Tensor>& t, bool written) {
     return t ? std::optional<at::Tensor>(cpu(*t, written)) : std::nullopt;
@@ -85,6 +113,7 @@ class Arguments {
 
  private:
   const bool lazy_ = isLazy();
+  const bool widen_;
   uint64_t digest_;
   DeviceCheck devices_;
   CpuAliases aliases_;
@@ -102,18 +131,21 @@ Result toHpu(Arguments& arguments, Result&& result) {
   }
 }
 
-template <class Op, class Signature = typename Op::schema>
+// `kMatmul`: a matrix product, computed in fp32 where the host multiplies its low precision slowly.
+template <class Op, bool kMatmul = false, class Signature = typename Op::schema>
 struct Direct;
 
-template <class Op, class Result, class... Args>
-struct Direct<Op, Result(Args...)> {
+template <class Op, bool kMatmul, class Result, class... Args>
+struct Direct<Op, kMatmul, Result(Args...)> {
   // Arguments the schema marks as written are the non-const tensor references: `self` of in-place ops, `out`.
   template <class Arg>
   static constexpr bool kWritten = std::is_same_v<Arg, at::Tensor&>;
 
   static Result run(Args... args) {
     static const uint64_t name = nameDigest(Op::name, Op::overload_name);
-    Arguments arguments(name);
+    std::optional<c10::ScalarType> narrow;
+    if constexpr (kMatmul) narrow = matmulToWiden(args...);
+    Arguments arguments(name, narrow.has_value());
     // Braced initialisation converts the arguments in order; the aliases outlive this tuple.
     std::tuple<std::decay_t<decltype(arguments.cpu(args, kWritten<Args>))>...> cpu{
         arguments.cpu(args, kWritten<Args>)...};
@@ -129,6 +161,9 @@ struct Direct<Op, Result(Args...)> {
       return written(args...);
     } else {
       Result result = std::apply([&](auto&... each) { return Op::redispatch(keys, each...); }, cpu);
+      if constexpr (kMatmul) {
+        if (narrow) result = result.to(*narrow);
+      }
       arguments.aliases().finishWrites();
       return toHpu(arguments, std::move(result));
     }
@@ -157,6 +192,20 @@ void registerDirect(torch::Library& m) {
   (Direct<Ops>::registerIn(m), ...);
 }
 
+template <class... Ops>
+void registerMatmuls(torch::Library& m) {
+  (Direct<Ops, true>::registerIn(m), ...);
+}
+
+void widenLowPrecisionMatmuls(bool bf16, bool fp16) {
+  g_widen_bf16_matmul = bf16;
+  g_widen_fp16_matmul = fp16;
+}
+
+TORCH_LIBRARY_FRAGMENT(virtual_hpu, m) {
+  m.def("widen_low_precision_matmuls(bool bf16, bool fp16) -> ()", &widenLowPrecisionMatmuls);
+}
+
 // What an optimizer step (SGD, Adam, AdamW: one tensor at a time, as torch runs them on hpu), the forward and backward
 // of linear layers, normalizations, activations and losses call per step.
 TORCH_LIBRARY_IMPL(aten, HPU, m) {
@@ -166,7 +215,8 @@ TORCH_LIBRARY_IMPL(aten, HPU, m) {
                  ops::div__Scalar, ops::neg, ops::abs, ops::exp, ops::sqrt, ops::rsqrt, ops::pow_Tensor_Scalar,
                  ops::maximum, ops::clamp, ops::where_self, ops::addcmul_, ops::addcdiv_, ops::lerp__Scalar,
                  ops::fill__Scalar, ops::zero_>(m);
-  registerDirect<ops::mm, ops::bmm, ops::addmm, ops::sum_dim_IntList, ops::mean_dim, ops::relu,
+  registerMatmuls<ops::mm, ops::bmm, ops::addmm, ops::baddbmm>(m);
+  registerDirect<ops::sum_dim_IntList, ops::mean_dim, ops::relu,
                  ops::threshold_backward, ops::gelu, ops::gelu_backward, ops::silu, ops::silu_backward, ops::tanh,
                  ops::tanh_backward, ops::sigmoid, ops::sigmoid_backward, ops::_softmax, ops::_softmax_backward_data,
                  ops::_log_softmax, ops::_log_softmax_backward_data, ops::nll_loss_forward, ops::nll_loss_backward,
