@@ -14,6 +14,9 @@ it, as if it had run here (``-x``, ``-v`` and failure details work as usual).
 Under pytest-xdist (``make test`` runs ``-n 2 --dist loadfile``: whole files per worker) each worker is a process of its
 own: it activates the device and starts the child sessions it needs itself, and this module keeps the workers from
 getting in each other's way (see ``_share_the_machine_between_workers``).
+
+Every test must leave the process as it found it (environment, process group, torch's global settings): see
+``leave_the_process_as_found``.
 """
 
 import errno
@@ -29,6 +32,8 @@ from typing import Optional
 
 import pytest
 from _pytest.reports import TestReport
+
+import process_state
 
 
 def _share_the_machine_between_workers() -> None:
@@ -166,6 +171,18 @@ def pytest_runtest_logreport(report: TestReport) -> None:
         data = config.hook.pytest_report_to_serializable(config=config, report=report)
         with open(path, "a") as file:
             file.write(json.dumps(data) + "\n")
+
+
+@pytest.fixture(autouse=True)
+def leave_the_process_as_found(request: pytest.FixtureRequest):
+    """Fails a test that leaves the environment, a process group or a torch setting changed, after putting it back,
+    so that no later test runs differently for it (see ``process_state``). Autouse fixtures of this conftest are set
+    up first and torn down last, after the test's own fixtures (``monkeypatch``) have undone their changes."""
+    before = process_state.snapshot()
+    yield
+    leaks = process_state.restore(before)
+    if leaks:
+        pytest.fail(process_state.describe(request.node.nodeid, leaks), pytrace=False)
 
 
 @pytest.fixture

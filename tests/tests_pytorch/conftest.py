@@ -12,27 +12,7 @@ if "VIRTUAL_HPU" not in os.environ and importlib.util.find_spec("habana_framewor
 
 
 import pytest
-import torch
-import torch.distributed
-
-
-@pytest.fixture(autouse=True)
-def restore_environment_and_process_group():
-    """Undo what an in-process run leaves behind: Lightning's launcher writes ``MASTER_PORT``, ``LOCAL_RANK``,
-    ``WORLD_SIZE`` ... into ``os.environ``, and a later subprocess would take them for an external launch; DeepSpeed's
-    HPU accelerator, created when ``deepspeed`` is imported or used, turns deterministic algorithms on for the process,
-    which changes the kernels later tests compare."""
-    saved = dict(os.environ)
-    deterministic = (
-        torch.are_deterministic_algorithms_enabled(),
-        torch.is_deterministic_algorithms_warn_only_enabled(),
-    )
-    yield
-    os.environ.clear()
-    os.environ.update(saved)
-    torch.use_deterministic_algorithms(deterministic[0], warn_only=deterministic[1])
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        torch.distributed.destroy_process_group()
+import torch  # noqa: F401  (activates the device as set above: some test modules import habana_frameworks first)
 
 
 @pytest.fixture

@@ -1,5 +1,7 @@
 """The habana_frameworks API that integrations (Lightning, DeepSpeed) call."""
 
+import os
+
 import habana_frameworks.torch.core as htcore
 import habana_frameworks.torch.hpu as hthpu
 import pytest
@@ -80,8 +82,11 @@ def test_streams_events_and_graphs():
     assert captured.tolist() == [2.0, 2.0]
 
 
-def test_core_helpers():
+def test_core_helpers(monkeypatch):
+    # hpu_set_env records the execution mode in the environment, as on Gaudi: here in a copy the test drops
+    monkeypatch.setattr(os, "environ", {name: os.environ[name] for name in os.environ if name != "PT_HPU_LAZY_MODE"})
     htcore.hpu_set_env()
+    assert os.environ["PT_HPU_LAZY_MODE"] == ("1" if htcore.is_lazy() else "0")
     model = torch.nn.Linear(2, 2).to("hpu")
     assert htcore.hpu_initialize(model, mark_only_scales_as_const=True) is None
     _mark_step_if_lazy()

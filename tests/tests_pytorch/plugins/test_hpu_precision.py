@@ -19,6 +19,7 @@ def _restore_op_lists():
     launches; put the variables and the lists back after each test."""
     import habana_frameworks.torch.core as htcore
 
+    lazy_mode = os.environ.get("PT_HPU_LAZY_MODE")
     saved = {variable: os.environ.pop(variable, None) for variable in ("LOWER_LIST", "FP32_LIST")}
     yield
     for variable, value in saved.items():
@@ -26,6 +27,9 @@ def _restore_op_lists():
         if value is not None:
             os.environ[variable] = value
     htcore.hpu_set_env()
+    os.environ.pop("PT_HPU_LAZY_MODE", None)  # hpu_set_env also records the execution mode there, as on Gaudi
+    if lazy_mode is not None:
+        os.environ["PT_HPU_LAZY_MODE"] = lazy_mode
 
 
 class DtypeRecordingModel(BoringModel):

@@ -37,6 +37,8 @@ def _op_lists_of_the_environment():
         if value is not None:
             os.environ[variable] = value
     htcore.hpu_set_env()
+    if saved["PT_HPU_LAZY_MODE"] is None:  # hpu_set_env also records the execution mode there, as on Gaudi
+        os.environ.pop("PT_HPU_LAZY_MODE")
 
 
 def _mm_dtype() -> torch.dtype:

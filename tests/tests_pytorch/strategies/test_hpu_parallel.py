@@ -20,6 +20,17 @@ def reference(tmp_path_factory) -> dict:
     return result["state"]
 
 
+@pytest.fixture
+def one_rank_here(monkeypatch):
+    """A one-process run of the parallel strategy in the test's process: where it meets, and the process group it
+    keeps for later runs until the process exits destroyed after the test."""
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", str(free_port()))
+    yield
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
+
+
 def test_two_processes_synchronise_gradients(tmp_path, reference):
     wait(run_ddp(tmp_path, "--devices", "2", "--strategy", "hpu_parallel"))
     ranks = rank_results(tmp_path)
@@ -56,10 +67,7 @@ def test_two_nodes_one_device_each(tmp_path, reference):
     assert_same_parameters(ranks[0]["state"], reference, tolerance=1e-6)
 
 
-def test_ddp_options_pass_through(tmp_path, monkeypatch):
-    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
-    monkeypatch.setenv("MASTER_PORT", str(free_port()))
-
+def test_ddp_options_pass_through(one_rank_here):
     def hook(state, bucket):
         hook.calls += 1
         return torch.distributed.algorithms.ddp_comm_hooks.default_hooks.allreduce_hook(state, bucket)
@@ -102,9 +110,7 @@ def test_ddp_options_pass_through(tmp_path, monkeypatch):
     assert hook.calls == 2
 
 
-def test_reductions_emulate_what_hccl_lacks(tmp_path, monkeypatch):
-    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
-    monkeypatch.setenv("MASTER_PORT", str(free_port()))
+def test_reductions_emulate_what_hccl_lacks(one_rank_here):
     results = {}
 
     class Reduce(BoringModel):
@@ -132,7 +138,7 @@ def test_reductions_emulate_what_hccl_lacks(tmp_path, monkeypatch):
     assert results["max"].item() == 2.0
 
 
-def test_parallel_devices_without_index_mean_one_per_process(monkeypatch):
+def test_parallel_devices_without_index_mean_one_per_process(one_rank_here):
     # lightning-habana's documented idiom: `parallel_devices=[torch.device("hpu")] * n`
     assert HPUParallelStrategy(parallel_devices=[torch.device("hpu")] * 3).parallel_devices == [
         torch.device("hpu", index) for index in range(3)
@@ -146,8 +152,6 @@ def test_parallel_devices_without_index_mean_one_per_process(monkeypatch):
     with pytest.raises(ValueError, match="more than once"):
         HPUParallelStrategy(parallel_devices=["hpu", "hpu:0"])
 
-    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
-    monkeypatch.setenv("MASTER_PORT", str(free_port()))
     trainer = pl.Trainer(
         accelerator="hpu",
         devices=1,

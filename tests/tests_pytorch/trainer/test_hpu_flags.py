@@ -217,12 +217,15 @@ def test_a_trainer_of_another_size_than_the_process_group_is_refused():
     from tests_pytorch.helpers.processes import free_port
 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
-    trainer = pl.Trainer(accelerator="hpu", devices=2, max_steps=1, logger=False, enable_checkpointing=False)
-    for stage in (trainer.fit, trainer.validate, trainer.test, trainer.predict):
-        with pytest.raises(MisconfigurationException, match=r"already belongs to a process group of 1 .* runs 2"):
-            stage(BoringModel())
-    assert "LOCAL_RANK" not in os.environ  # nothing was launched
-    # the group's own size is fine
-    trainer = pl.Trainer(accelerator="hpu", devices=1, max_steps=1, logger=False, enable_checkpointing=False)
-    trainer.fit(BoringModel())
-    assert trainer.global_step == 1
+    try:
+        trainer = pl.Trainer(accelerator="hpu", devices=2, max_steps=1, logger=False, enable_checkpointing=False)
+        for stage in (trainer.fit, trainer.validate, trainer.test, trainer.predict):
+            with pytest.raises(MisconfigurationException, match=r"already belongs to a process group of 1 .* runs 2"):
+                stage(BoringModel())
+        assert "LOCAL_RANK" not in os.environ  # nothing was launched
+        # the group's own size is fine
+        trainer = pl.Trainer(accelerator="hpu", devices=1, max_steps=1, logger=False, enable_checkpointing=False)
+        trainer.fit(BoringModel())
+        assert trainer.global_step == 1
+    finally:
+        dist.destroy_process_group()
