@@ -123,10 +123,13 @@ def _deepspeed_accelerator() -> Any:
 
 
 def snapshot() -> Snapshot:
+    # torch first: its first import activates the virtual Gaudi, which sets variables (HABANA_LOGS) as Gaudi's
+    # software does, for the process; they belong to no test
+    settings = {name: setting.read() for name, setting in torch_settings().items()}
     return Snapshot(
         environment={name: value for name, value in os.environ.items() if name != _PYTEST_VARIABLE},
         process_group=_process_group_initialized(),
-        torch_settings={name: setting.read() for name, setting in torch_settings().items()},
+        torch_settings=settings,
         deepspeed_accelerator=_deepspeed_accelerator(),
     )
 
