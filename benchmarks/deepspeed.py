@@ -11,11 +11,12 @@ global batch):
 
 This script starts the two processes itself (as ``torchrun`` would; Lightning joins them), and each runs every kind in
 turn, the order swapping every repeat, each fit with its own process group: machine noise hits every kind alike. Per
-kind it prints median [min, max] milliseconds per step on rank 0 after warm-up and the final loss, and two ratios of
-median step times of fits taken one after the other: (a) ``loop hpu / loop cpu``, what the device costs DeepSpeed
-(target <= 1.10 on the virtual Gaudi, where both run the host's kernels), and (b) ``trainer hpu / loop hpu``, what
-Lightning adds (target <= 1.05 at >= 20 ms per step). Both pairs must end with the same loss and weights, bit for
-bit. Last line ``deepspeed_ratio_max=<float>``, the larger of the two ratios.
+kind it prints median [min, max] milliseconds per step on rank 0 after warm-up and the final loss, and two ratios,
+each the median over repetitions of the ratio of the median step times of the repetition's two fits, with min and max:
+``loop hpu ÷ loop cpu``, what the device costs DeepSpeed (target <= 1.05 on the virtual Gaudi, where both run the
+host's kernels), and ``trainer hpu ÷ loop hpu``, what Lightning adds (target <= 1.05 at >= 20 ms per step). Both pairs
+must end with the same loss and weights, bit for bit. Last line ``deepspeed_ratio_max=<float>``, the larger of the two
+median ratios.
 
     python benchmarks/deepspeed.py [--fast] [--repeats N] [--steps N]
 """
@@ -23,24 +24,34 @@ bit. Last line ``deepspeed_ratio_max=<float>``, the larger of the two ratios.
 import hashlib
 import json
 import os
-import statistics
 import time
 import warnings
 from argparse import SUPPRESS, ArgumentParser
 from typing import Any
 
-from _common import fit_groups, interleaved, launch_pair, print_table, spread, step_ratios, use_gaudi_or_virtual
+from _common import (
+    fit_groups,
+    interleaved,
+    launch_pair,
+    print_table,
+    rank_rows,
+    spread,
+    step_ratios,
+    summarize,
+    use_gaudi_or_virtual,
+)
 
 use_gaudi_or_virtual()
 
 import torch  # noqa: E402
 from torch import Tensor, nn  # noqa: E402
-from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
+from torch.utils.data import DataLoader  # noqa: E402
 
 import pytorch_lightning as pl  # noqa: E402
 
 WIDTH, BATCH, CLASSES, RANKS = 512, 64, 10, 2
 WARMUP = 3
+DEVICE_TARGET, LIGHTNING_TARGET = 1.05, 1.05
 KINDS = ("loop hpu", "loop cpu", "trainer hpu")
 # what Lightning's DeepSpeed strategy configures for ZeRO stage 2, written out as a DeepSpeed user would
 ZERO_2 = {
@@ -59,15 +70,6 @@ def network() -> nn.Module:
     return nn.Sequential(
         nn.Linear(WIDTH, WIDTH), nn.ReLU(), nn.Linear(WIDTH, WIDTH), nn.ReLU(), nn.Linear(WIDTH, CLASSES)
     )
-
-
-def rank_rows(steps: int, rank: int) -> TensorDataset:
-    """This rank's half of each of ``steps`` global batches, in order."""
-    generator = torch.Generator().manual_seed(1)
-    samples = steps * BATCH * RANKS
-    inputs = torch.randn(samples, WIDTH, generator=generator)
-    targets = torch.randint(0, CLASSES, (samples,), generator=generator)
-    return TensorDataset(inputs[rank::RANKS], targets[rank::RANKS])
 
 
 def digest(module: nn.Module) -> str:
@@ -108,7 +110,7 @@ def loop(device: str, steps: int, rank: int) -> dict:
     target = torch.device(device, rank) if device == "hpu" else torch.device("cpu")
     engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, config=config, dist_init_required=False)
     starts, loss = [], None
-    for inputs, targets in DataLoader(rank_rows(steps, rank), batch_size=BATCH):
+    for inputs, targets in DataLoader(rank_rows(steps, rank, BATCH, WIDTH, CLASSES, RANKS), batch_size=BATCH):
         starts.append(time.perf_counter())
         inputs, targets = inputs.to(target, torch.bfloat16), targets.to(target)
         loss = nn.functional.cross_entropy(engine(inputs), targets)
@@ -165,7 +167,7 @@ def fit(steps: int, rank: int) -> dict:
         enable_model_summary=False,
     )
     model = Classifier()
-    trainer.fit(model, DataLoader(rank_rows(steps, rank), batch_size=BATCH))
+    trainer.fit(model, DataLoader(rank_rows(steps, rank, BATCH, WIDTH, CLASSES, RANKS), batch_size=BATCH))
     deepspeed.comm.destroy_process_group()  # the next fit, possibly of another kind, starts its own group
     return {"starts": recorder.starts, "loss": recorder.loss.float().item(), "weights": digest(model)}
 
@@ -194,7 +196,7 @@ def _yes(condition: bool) -> str:
 def main() -> None:
     parser = ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--fast", action="store_true", help="one short fit of each kind (smoke test)")
-    parser.add_argument("--repeats", type=int, default=6, help="fits of each kind")
+    parser.add_argument("--repeats", type=int, default=10, help="fits of each kind")
     parser.add_argument("--steps", type=int, default=25, help="training steps per fit")
     parser.add_argument("--worker", action="store_true", help=SUPPRESS)
     args = parser.parse_args()
@@ -208,18 +210,19 @@ def main() -> None:
     for kind, fits in results.items():
         ms = [value for result in fits for value in result["ms"]]
         rows.append([kind, spread(ms), f"{fits[-1]['loss']:.6f}", fits[-1]["weights"]])
-    device, lightning = step_ratios(results, "loop hpu", "loop cpu"), step_ratios(results, "trainer hpu", "loop hpu")
+    device_ratios = step_ratios(results, "loop hpu", "loop cpu")
+    lightning_ratios = step_ratios(results, "trainer hpu", "loop hpu")
     ends = {kind: [(result["loss"], result["weights"]) for result in fits] for kind, fits in results.items()}
     print(
         f"{RANKS} processes, ZeRO stage 2, bf16, {repeats} fit(s) x {steps} steps per kind, first {WARMUP} steps left"
         f" out; MLP {WIDTH}x{WIDTH}x{WIDTH}x{CLASSES}, batch {BATCH} per process, AdamW"
     )
     print_table(["kind", "ms/step (rank 0)", "final loss", "weights (sha1)"], rows)
-    print(f"(a) loop hpu / loop cpu, target <= 1.10: {spread(device, 3)}")
-    print(f"(b) trainer hpu / loop hpu, target <= 1.05: {spread(lightning, 3)}")
+    device = summarize("loop hpu ÷ loop cpu", device_ratios, DEVICE_TARGET)
+    lightning = summarize("trainer hpu ÷ loop hpu", lightning_ratios, LIGHTNING_TARGET)
     for first, second in (("loop hpu", "loop cpu"), ("trainer hpu", "loop hpu")):
         print(f"final losses and weights bitwise equal, {first} and {second}: {_yes(ends[first] == ends[second])}")
-    print(f"deepspeed_ratio_max={max(statistics.median(device), statistics.median(lightning)):.3f}")
+    print(f"deepspeed_ratio_max={max(device.median, lightning.median):.3f}")
 
 
 if __name__ == "__main__":

@@ -1,62 +1,161 @@
-"""Per-step time of 2-process data-parallel training: ``hpu_parallel`` (HCCL) against CPU DDP over gloo, in one run.
+"""2-process data-parallel training: the Trainer's ``hpu_parallel`` step against a hand-written DDP loop without any
+per-step check, and the HPU against the CPU.
 
-The same model, data, optimizer and seed are trained with ``pl.Trainer(devices=2)`` on HPUs
-(``strategy="hpu_parallel"``) and on the CPU (``strategy="ddp"``, gloo). Both run in the same two processes: this
-script is rank 0, Lightning starts rank 1, and the two alternate fits of each kind (the order swaps every repeat), each
-fit with its own process group, so machine noise hits both alike and process start-up is paid once. Per kind it
-prints median [min, max] milliseconds per training step on rank 0 after warm-up, and whether both kinds end with the
-same loss; last line ``ddp_ratio=<float>``, the hpu/cpu ratio of the median step times. On the virtual Gaudi it also
-prints rank 0's host syncs and graphs per steady-state HPU step (targets: 0 and 2, as on one device). The script runs
-in lazy mode, where graph cuts exist, unless ``PT_HPU_LAZY_MODE`` says otherwise.
+Each fit trains the same MLP with AdamW from the same seed on the same rows (each rank its own half of every global
+batch) twice at once, in lockstep:
+
+- with ``pl.Trainer(devices=2)``: ``accelerator="hpu", strategy="hpu_parallel"`` over HCCL, or on the CPU
+  ``strategy="ddp"`` over gloo (upstream's own cost, the reference);
+- with the loop a DDP user writes (``DistributedDataParallel(model)``, ``loss.backward()``, ``optimizer.step()``,
+  ``mark_step()`` after each in lazy mode) on the same device, over a process group of its own, with no per-step check
+  of any kind (the Trainer agrees across ranks on ``SIGTERM`` in every step).
+
+Timed in lockstep, because machines are noisy and a 2-process step waits for the slower rank: a callback takes one step
+of the loop inside every Trainer step (at its start in even repetitions, at its end in odd ones), so every Trainer step
+is paired with a loop step taken at nearly the same moment. A Trainer step is the time between the starts of two
+consecutive training steps minus the loop step inside it. This script starts the two processes itself (as
+``torchrun`` would; Lightning joins them); the HPU and CPU fits alternate, the order flipping every repetition, each fit
+with its own process group. It runs in lazy mode, where graph cuts exist, unless ``PT_HPU_LAZY_MODE`` says otherwise.
+
+Per device it prints median [min, max] milliseconds per step on rank 0 after warm-up, the final losses and, on the
+virtual Gaudi, rank 0's host syncs and graphs per steady-state HPU step of each (targets: 0 and 2, as on one device).
+Ratios, each the median over fits of one value per fit, with min and max: Trainer ÷ loop (the fit's median of its
+paired step ratios; target <= 1.03 on HPU, none for the CPU reference), and loop hpu ÷ loop cpu (the ratio of the
+median loop steps of a repetition's two fits; target <= 1.05 on the virtual Gaudi, where both run the host's kernels).
+The Trainer and the loop must end with the same loss, bit for bit, on both devices. Last line
+``ddp_ratio_max=<float>``, the larger median of the HPU's two ratios.
 
     python benchmarks/distributed.py [--fast] [--repeats N] [--steps N]
 """
 
+import json
 import os
 import statistics
 import time
 import warnings
-from argparse import ArgumentParser
+from argparse import SUPPRESS, ArgumentParser
+from typing import Any, Callable
 
-from _common import interleaved, is_virtual, print_table, spread, use_gaudi_or_virtual
+from _common import (
+    fit_groups,
+    interleaved,
+    is_virtual,
+    launch_pair,
+    print_table,
+    rank_rows,
+    seeded_mlp,
+    spread,
+    summarize,
+    use_gaudi_or_virtual,
+)
 
 use_gaudi_or_virtual()
 # the per-step graphs the strategy cuts exist in lazy mode only, the legacy mode, which has to be asked for
 os.environ.setdefault("PT_HPU_LAZY_MODE", "1")
 
 import torch  # noqa: E402
-import torch.distributed  # noqa: E402
+import torch.distributed as dist  # noqa: E402
 from torch import Tensor, nn  # noqa: E402
-from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
+from torch.utils.data import DataLoader  # noqa: E402
 
 import pytorch_lightning as pl  # noqa: E402
 
 WIDTH, BATCH, CLASSES, RANKS = 512, 128, 10, 2
 WARMUP = 3
-KINDS = {"hpu": "hpu_parallel", "cpu": "ddp"}
+DEVICES = ("hpu", "cpu")
+STRATEGIES = {"hpu": "hpu_parallel", "cpu": "ddp"}
+LIGHTNING_TARGET, DEVICE_TARGET = 1.03, 1.05
+COUNTED = ("host_syncs", "graphs")
+
+
+def counters(device: str) -> dict:
+    """The virtual Gaudi's counts of host syncs and graphs so far; none on the CPU or a real Gaudi."""
+    if device != "hpu" or not is_virtual():
+        return {}
+    from virtual_hpu import accounting
+
+    return {key: value for key, value in accounting.counters().items() if key in COUNTED}
+
+
+class DDPLoop:
+    """The loop a DDP user writes, one step at each call of ``step()``, on a process group of its own."""
+
+    def __init__(self, device: str, rank: int, steps: int) -> None:
+        self.cut: Callable[[], None] = _no_cut
+        if device == "hpu":
+            import habana_frameworks.torch.core as htcore
+
+            self.cut = htcore.mark_step if htcore.is_lazy() else _no_cut
+        self.device = torch.device("hpu", rank) if device == "hpu" else torch.device("cpu")
+        self.group = dist.new_group(backend="hccl" if device == "hpu" else "gloo")
+        self.model = nn.parallel.DistributedDataParallel(
+            seeded_mlp(WIDTH, CLASSES).to(self.device), process_group=self.group
+        )
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=1e-3)
+        self.batches = iter(DataLoader(rank_rows(steps, rank, BATCH, WIDTH, CLASSES, RANKS), batch_size=BATCH))
+        self.loss: Any = None
+
+    def step(self) -> None:
+        inputs, targets = (tensor.to(self.device) for tensor in next(self.batches))
+        loss = nn.functional.cross_entropy(self.model(inputs), targets)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        self.cut()
+        self.optimizer.step()
+        self.cut()
+        self.loss = loss.detach()
+
+    def close(self) -> float:
+        """The final loss; the loop's process group is destroyed."""
+        loss = self.loss.cpu().item()
+        # the DDP module goes before its process group: freed after the group is destroyed, it leaves a rank hanging now
+        # and then (plain DDP over gloo on CPU tensors too)
+        del self.model, self.optimizer
+        dist.destroy_process_group(self.group)
+        return loss
+
+
+class Lockstep(pl.Callback):
+    """Takes a step of the hand-written loop inside every Trainer step, and times and counts both."""
+
+    def __init__(self, device: str, rank: int, steps: int, loop_at_end: bool) -> None:
+        self.device, self.rank, self.steps, self.loop_at_end = device, rank, steps, loop_at_end
+        self.step_starts: list = []
+        self.step_counters: list = []  # at the start of each Trainer step
+        self.loop_seconds: list = []
+        self.loop_counts: list = []  # what each loop step added to the counters
+        self.loop_loss = float("nan")
+        self.loop: Any = None
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.loop = DDPLoop(self.device, self.rank, self.steps)
+
+    def _loop_step(self) -> None:
+        before, start = counters(self.device), time.perf_counter()
+        self.loop.step()
+        self.loop_seconds.append(time.perf_counter() - start)
+        after = counters(self.device)
+        self.loop_counts.append({key: after[key] - before[key] for key in after})
+
+    def on_train_batch_start(self, trainer: pl.Trainer, *args: Any) -> None:
+        self.step_starts.append(time.perf_counter())
+        self.step_counters.append(counters(self.device))
+        if not self.loop_at_end:
+            self._loop_step()
+
+    def on_train_batch_end(self, trainer: pl.Trainer, *args: Any) -> None:
+        if self.loop_at_end:
+            self._loop_step()
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.loop_loss = self.loop.close()
 
 
 class Classifier(pl.LightningModule):
     def __init__(self) -> None:
         super().__init__()
-        torch.manual_seed(0)
-        self.network = nn.Sequential(
-            nn.Linear(WIDTH, WIDTH), nn.ReLU(), nn.Linear(WIDTH, WIDTH), nn.ReLU(), nn.Linear(WIDTH, CLASSES)
-        )
-        self.step_starts: list = []
-        self.step_counters: list = []  # the virtual Gaudi's counters at the start of each HPU step
-        self.backend = ""
-        self.last_loss = None
-
-    def on_train_start(self) -> None:
-        self.backend = torch.distributed.get_backend()
-
-    def on_train_batch_start(self, batch: tuple, batch_idx: int) -> None:
-        self.step_starts.append(time.perf_counter())
-        if self.device.type == "hpu" and is_virtual():
-            from virtual_hpu import accounting
-
-            self.step_counters.append(accounting.counters())
+        self.network = seeded_mlp(WIDTH, CLASSES)
+        self.last_loss: Any = None
 
     def training_step(self, batch: tuple, batch_idx: int) -> Tensor:
         inputs, targets = batch
@@ -68,76 +167,110 @@ class Classifier(pl.LightningModule):
         return torch.optim.AdamW(self.parameters(), lr=1e-3)
 
 
-def fit(accelerator: str, steps: int) -> dict:
-    """One fit on two processes; this rank's milliseconds per steady-state step, backend and final loss."""
-    generator = torch.Generator().manual_seed(1)
-    samples = steps * BATCH * RANKS
-    data = TensorDataset(
-        torch.randn(samples, WIDTH, generator=generator), torch.randint(0, CLASSES, (samples,), generator=generator)
-    )
-    model = Classifier()
+def fit(device: str, steps: int, rank: int, loop_at_end: bool) -> dict:
+    """One fit of the Trainer with the loop in lockstep; this rank's paired step times, counts and final losses."""
+    model, lockstep = Classifier(), Lockstep(device, rank, steps, loop_at_end)
     trainer = pl.Trainer(
-        accelerator=accelerator,
+        accelerator=device,
         devices=RANKS,
-        strategy=KINDS[accelerator],
+        strategy=STRATEGIES[device],
         max_steps=steps,
+        use_distributed_sampler=False,  # each rank already has its own rows, as in the loop
+        callbacks=[lockstep],
         logger=False,
         enable_checkpointing=False,
         enable_progress_bar=False,
         enable_model_summary=False,
     )
-    trainer.fit(model, DataLoader(data, batch_size=BATCH))
-    # the next fit, possibly of the other kind, starts its own process group
-    torch.distributed.destroy_process_group()
-    starts = model.step_starts[WARMUP:]
-    counters = model.step_counters[WARMUP:]
-    per_step = {}
-    if counters:
-        first, last, count = counters[0], counters[-1], len(counters) - 1
-        per_step = {key: (last[key] - first[key]) / count for key in ("host_syncs", "graphs")}
-    return {
-        "ms": [(later - earlier) * 1000 for earlier, later in zip(starts, starts[1:])],
-        "per_step": per_step,
-        "backend": model.backend,
-        "loss": model.last_loss.cpu(),
+    trainer.fit(model, DataLoader(rank_rows(steps, rank, BATCH, WIDTH, CLASSES, RANKS), batch_size=BATCH))
+    backend = dist.get_backend()
+    dist.destroy_process_group()  # the next fit, possibly on the other device, starts its own group
+    starts, loop_seconds = lockstep.step_starts, lockstep.loop_seconds
+    trainer_seconds = [later - earlier - inside for earlier, later, inside in zip(starts, starts[1:], loop_seconds)]
+    result = {
+        "trainer": [s * 1000 for s in trainer_seconds[WARMUP:]],
+        "loop": [s * 1000 for s in loop_seconds[WARMUP : len(trainer_seconds)]],
+        "backend": backend,
+        "losses": [model.last_loss.cpu().item(), lockstep.loop_loss],
     }
+    window = lockstep.step_counters[WARMUP:]
+    if window and window[0]:
+        loop_counts, count = lockstep.loop_counts[WARMUP : len(starts) - 1], len(window) - 1
+        loop = {key: sum(counts[key] for counts in loop_counts) for key in COUNTED}
+        result["per_step"] = {
+            "trainer": {key: (window[-1][key] - window[0][key] - loop[key]) / count for key in COUNTED},
+            "loop": {key: loop[key] / count for key in COUNTED},
+        }
+    return result
+
+
+def worker(repeats: int, steps: int) -> None:
+    """One of the two processes: a fit on each device ``repeats`` times; rank 0 prints the results as one JSON line."""
+    rank, next_fit = int(os.environ["LOCAL_RANK"]), fit_groups()
+    warnings.filterwarnings("ignore", ".*does not have many workers.*")
+
+    def measure(device: str, repeat: int) -> dict:
+        next_fit()
+        return fit(device, steps, rank, loop_at_end=repeat % 2 == 1)
+
+    results = interleaved(DEVICES, repeats, measure)
+    if rank == 0:
+        print(json.dumps(results))
 
 
 def main() -> None:
     parser = ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--fast", action="store_true", help="one short fit of each kind (smoke test)")
-    parser.add_argument("--repeats", type=int, default=8, help="fits of each kind")
+    parser.add_argument("--fast", action="store_true", help="one short fit on each device (smoke test)")
+    parser.add_argument("--repeats", type=int, default=8, help="fits on each device")
     parser.add_argument("--steps", type=int, default=25, help="training steps per fit")
+    parser.add_argument("--worker", action="store_true", help=SUPPRESS)
     args = parser.parse_args()
     repeats, steps = (1, WARMUP + 4) if args.fast else (args.repeats, args.steps)
-    warnings.filterwarnings("ignore", ".*does not have many workers.*")
+    if args.worker:
+        worker(repeats, steps)
+        return
 
-    results = interleaved(KINDS, repeats, lambda kind, _: fit(kind, steps))
-    if int(os.environ.get("LOCAL_RANK", 0)) != 0:
-        return  # rank 1 shares rank 0's stdout: only rank 0 reports
-
+    results = launch_pair(__file__, ["--repeats", str(repeats), "--steps", str(steps)])
     rows = []
-    same = all(torch.equal(hpu["loss"], cpu["loss"]) for hpu, cpu in zip(results["hpu"], results["cpu"]))
-    for kind, fits in results.items():
-        ms = [value for result in fits for value in result["ms"]]
-        counts = fits[-1]["per_step"]
-        syncs, graphs = (f"{counts['host_syncs']:.2f}", f"{counts['graphs']:.2f}") if counts else ("-", "-")
-        rows.append(
-            [kind, KINDS[kind], fits[0]["backend"], spread(ms), syncs, graphs, f"{fits[-1]['loss'].item():.6f}"]
-        )
-    # fits of the two kinds taken one after the other saw the same machine load
-    ratios = [
-        statistics.median(hpu["ms"]) / statistics.median(cpu["ms"]) for hpu, cpu in zip(results["hpu"], results["cpu"])
-    ]
+    for device, fits in results.items():
+        for kind in ("trainer", "loop"):
+            counts = fits[-1].get("per_step", {}).get(kind)
+            cells = [f"{counts[key]:.2f}" for key in COUNTED] if counts else ["-", "-"]
+            strategy = STRATEGIES[device] if kind == "trainer" else "DistributedDataParallel"
+            ms = spread([value for result in fits for value in result[kind]])
+            loss = fits[-1]["losses"][kind == "loop"]
+            rows.append([f"{kind} {device}", strategy, fits[0]["backend"], ms, *cells, f"{loss:.6f}"])
+    mode = "lazy" if os.environ["PT_HPU_LAZY_MODE"] == "1" else "eager"
     print(
-        f"{RANKS} processes, {repeats} fit(s) x {steps} steps per kind, first {WARMUP} steps of each fit left out;"
-        f" MLP {WIDTH}x{WIDTH}x{WIDTH}x{CLASSES}, batch {BATCH} per process, AdamW"
+        f"{RANKS} processes, {mode} mode on HPU, {repeats} fit(s) x {steps} steps per device, the Trainer and the loop"
+        f" in lockstep, first {WARMUP} steps of each fit left out; MLP {WIDTH}x{WIDTH}x{WIDTH}x{CLASSES}, batch"
+        f" {BATCH} per process, AdamW"
     )
-    header = ["device", "strategy", "backend", "ms/step (rank 0)", "host syncs/step", "graphs/step", "final loss"]
+    header = ["kind", "strategy", "backend", "ms/step (rank 0)", "host syncs/step", "graphs/step", "final loss"]
     print_table(header, rows)
-    print(f"hpu/cpu ratio of the median step times of fits taken one after the other: {spread(ratios, 3)}")
-    print(f"final losses of hpu and cpu runs bitwise equal: {'yes' if same else 'no'}")
-    print(f"ddp_ratio={statistics.median(ratios):.3f}")
+    hpu_ratios = []
+    for device, fits in results.items():
+        paired = [statistics.median(t / loop for t, loop in zip(fit["trainer"], fit["loop"])) for fit in fits]
+        target = LIGHTNING_TARGET if device == "hpu" else None  # the CPU is upstream's own cost: the reference
+        ratio = summarize(f"{device}: {STRATEGIES[device]} Trainer ÷ DDP loop", paired, target)
+        if device == "hpu":
+            hpu_ratios.append(ratio.median)
+    pairs = zip(results["hpu"], results["cpu"])
+    per_device = [statistics.median(hpu["loop"]) / statistics.median(cpu["loop"]) for hpu, cpu in pairs]
+    hpu_ratios.append(summarize("DDP loop hpu ÷ DDP loop cpu", per_device, DEVICE_TARGET).median)
+    losses = [fit["losses"] for fits in results.values() for fit in fits]
+    print(f"final losses bitwise equal, Trainer and loop on each device: {_yes(all(a == b for a, b in losses))}")
+    same = all(h["losses"] == c["losses"] for h, c in zip(results["hpu"], results["cpu"]))
+    print(f"final losses bitwise equal, hpu and cpu: {_yes(same)}")
+    print(f"ddp_ratio_max={max(hpu_ratios):.3f}")
+
+
+def _no_cut() -> None:
+    """Graphs are cut in lazy mode only."""
+
+
+def _yes(condition: bool) -> str:
+    return "yes" if condition else "no"
 
 
 if __name__ == "__main__":

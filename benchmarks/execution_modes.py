@@ -1,18 +1,19 @@
 """The demo's model trained on one HPU in each execution mode: what every steady-state training step costs.
 
 Current Gaudi software runs in eager mode and compiles with ``torch.compile(backend="hpu_backend")``; lazy mode
-(``PT_HPU_LAZY_MODE=1``) is the legacy path. Each mode is fixed per process, so each runs in a child process of
-this script, one after the other in the same run: lazy, eager, eager + compile. The model is the digit classifier
-of ``examples/pytorch/hpu_classifier.py`` with nothing logged, on full batches. Per step after warm-up the table
-gives host syncs, graphs ended by a cut (lazy), graph compilations (compile; a recompilation would show here),
-graph breaks in the training step, and the median host time per step. On the virtual Gaudi the last column compares
-compiled with eager step time: a ratio with no target, as the host CPU is not a Gaudi (the virtual backend runs the
-compiled graph's ops one by one, so it saves no launch overhead).
+(``PT_HPU_LAZY_MODE=1``) is the legacy path. Each mode is fixed per process, so each fit runs in a child process of
+this script; the modes take turns (lazy, eager, eager + compile), the order flipping every repetition. The model is the
+digit classifier of ``examples/pytorch/hpu_classifier.py`` with nothing logged, on full batches. Per step after
+warm-up the table gives host syncs, graphs ended by a cut (lazy), graph compilations (compile; a recompilation would
+show here), graph breaks in the training step, and the median host time per step, median [min, max] over
+repetitions. On the virtual Gaudi the ratios lazy ÷ eager and compiled ÷ eager (the median over repetitions of each
+repetition's ratio of median step times, with min and max) have no target, as the host CPU is not a Gaudi (the
+virtual backend runs the compiled graph's ops one by one, so it saves no launch overhead).
 
 The last line, ``compilations_per_step_compiled=<float>``, is the headline: 0 means no step recompiles after warm-up.
 Counts need the virtual Gaudi's counters: on a real Gaudi the script says so and prints ``nan``.
 
-    python benchmarks/execution_modes.py [--fast] [--steps N]
+    python benchmarks/execution_modes.py [--fast] [--repeats N] [--steps N]
 """
 
 import json
@@ -22,7 +23,7 @@ import time
 from argparse import SUPPRESS, ArgumentParser
 from pathlib import Path
 
-from _common import MODES, is_virtual, print_table, run_in_mode, use_gaudi_or_virtual
+from _common import MODES, interleaved, is_virtual, print_table, run_in_mode, spread, summarize, use_gaudi_or_virtual
 
 use_gaudi_or_virtual()
 WARMUP = 5
@@ -81,35 +82,35 @@ def child(mode: str, steps: int) -> None:
 def main() -> None:
     parser = ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--fast", action="store_true", help="fewer steps (format smoke test)")
-    parser.add_argument("--steps", type=int, default=60, help="steady-state steps per mode")
+    parser.add_argument("--repeats", type=int, default=3, help="fits per mode")
+    parser.add_argument("--steps", type=int, default=60, help="steady-state steps per fit")
     parser.add_argument("--child", choices=list(MODES), help=SUPPRESS)
     args = parser.parse_args()
-    steps = 10 if args.fast else args.steps
+    repeats, steps = (1, 10) if args.fast else (args.repeats, args.steps)
     if args.child:
         child(args.child, steps)
         return
-    results = {mode: run_in_mode(__file__, mode, "--steps", str(steps)) for mode in MODES}
-    if any(result is None for result in results.values()):
+    results = interleaved(list(MODES), repeats, lambda mode, _: run_in_mode(__file__, mode, "--steps", str(steps)))
+    if any(result is None for fits in results.values() for result in fits):
         print("execution_modes.py reads the virtual Gaudi's counters; run it with VIRTUAL_HPU=1 without a Gaudi")
         print("compilations_per_step_compiled=nan")
         return
-    eager_ms = results["eager"]["ms"]
-    rows = [
-        [
-            mode,
-            f"{r['host_syncs']:.2f}",
-            f"{r['graphs']:.2f}",
-            f"{r['graph_compilations']:.2f}",
-            r["graph_breaks"],
-            f"{r['ms']:.2f}",
-            f"{r['ms'] / eager_ms:.2f}",
-        ]
-        for mode, r in results.items()
-    ]
-    print(f"per training step of the demo model, one HPU, nothing logged, mean over {steps} steps after {WARMUP}")
-    header = ["mode", "host syncs", "graphs (lazy cuts)", "compilations", "graph breaks", "host ms", "ms / eager"]
+    rows = []
+    for mode, fits in results.items():
+        last = fits[-1]  # the counts are the same in every fit: the last one's
+        counts = [f"{last['host_syncs']:.2f}", f"{last['graphs']:.2f}", f"{last['graph_compilations']:.2f}"]
+        rows.append([mode, *counts, last["graph_breaks"], spread([fit["ms"] for fit in fits])])
+    print(
+        f"per training step of the demo model, one HPU, nothing logged, mean over {steps} steps after {WARMUP};"
+        f" {repeats} fit(s) per mode"
+    )
+    header = ["mode", "host syncs", "graphs (lazy cuts)", "compilations", "graph breaks", "host ms"]
     print_table(header, rows)
-    print(f"compilations_per_step_compiled={results['eager + compile']['graph_compilations']:.3f}")
+    for mode in ("lazy", "eager + compile"):
+        ratios = [fit["ms"] / eager["ms"] for fit, eager in zip(results[mode], results["eager"])]
+        summarize(f"{mode} ÷ eager, step time", ratios, None)
+    compilations = max(fit["graph_compilations"] for fit in results["eager + compile"])
+    print(f"compilations_per_step_compiled={compilations:.3f}")
 
 
 if __name__ == "__main__":

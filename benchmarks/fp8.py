@@ -16,7 +16,6 @@ bf16 model's with the same weights.
 """
 
 import json
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -24,7 +23,16 @@ import warnings
 from argparse import ArgumentParser
 from pathlib import Path
 
-from _common import interleaved, print_table, spread, step_clock, use_gaudi_or_virtual
+from _common import (
+    CHILD_TIMEOUT,
+    interleaved,
+    print_table,
+    spread,
+    step_clock,
+    step_ratios,
+    summarize,
+    use_gaudi_or_virtual,
+)
 
 use_gaudi_or_virtual()
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "pytorch"
@@ -36,6 +44,7 @@ import pytorch_lightning as pl  # noqa: E402
 from pytorch_lightning.plugins import HPUPrecisionPlugin  # noqa: E402
 
 WARMUP = 5
+TARGET = 2.0
 PRECISIONS = ("bf16-mixed", "fp8")
 
 
@@ -69,7 +78,9 @@ def fp8_inference(epochs: int) -> dict:
     with tempfile.TemporaryDirectory() as workdir:
         for step in ("train", "measure", "quantize"):
             command = [sys.executable, str(EXAMPLES / "hpu_fp8_inference.py"), step, "--workdir", workdir]
-            subprocess.run([*command, "--max-epochs", str(epochs)], check=True, capture_output=True)
+            subprocess.run(
+                [*command, "--max-epochs", str(epochs)], check=True, capture_output=True, timeout=CHILD_TIMEOUT
+            )
         return json.loads((Path(workdir) / "fp8_inference.json").read_text())
 
 
@@ -87,10 +98,7 @@ def main() -> None:
     for precision, fits in results.items():
         ms = [value for result in fits for value in result["ms"]]
         rows.append([precision, spread(ms), f"{fits[-1]['accuracy']:.4f}"])
-    ratios = [
-        statistics.median(fp8["ms"]) / statistics.median(bf16["ms"])
-        for bf16, fp8 in zip(results["bf16-mixed"], results["fp8"])
-    ]
+    ratios = step_ratios(results, "fp8", "bf16-mixed")
     inference = fp8_inference(epochs)
     rows.append(["fp8 inference (bf16 weights, quantized)", "-", f"{inference['fp8_test_acc']:.4f}"])
     print(f"demo classifier, one HPU, {repeats} fit(s) x {epochs} epochs per precision, first {WARMUP} steps left out")
@@ -99,8 +107,8 @@ def main() -> None:
         f"fp8 inference: {inference['fp8_test_acc']:.4f} against {inference['bf16_test_acc']:.4f} in bf16 with the same"
         f" weights; same class for {inference['same_prediction']:.1%} of the test images"
     )
-    print(f"fp8/bf16 ratio of the median step times, target <= 2.0: {spread(ratios, 3)}")
-    print(f"fp8_step_ratio={statistics.median(ratios):.3f}")
+    ratio = summarize("fp8 ÷ bf16-mixed, step time", ratios, TARGET)
+    print(f"fp8_step_ratio={ratio.median:.3f}")
 
 
 if __name__ == "__main__":

@@ -13,20 +13,21 @@ forward in ``torch.autocast`` bf16:
 
 This script starts the two processes itself (as ``torchrun`` would; Lightning joins them), and each runs every kind in
 turn, the order swapping every repeat, each fit with its own process group: machine noise hits every kind alike. Per
-kind it prints median [min, max] milliseconds per step on rank 0 after warm-up and the final loss, and two ratios of
-median step times of fits taken one after the other: (a) ``loop hpu / loop cpu``, what the device costs FSDP (target
-<= 1.10 on the virtual Gaudi, where both run the host's kernels), and (b) ``trainer hpu / loop hpu``, what Lightning
-adds (target <= 1.05; the model is sized for a step of >= 20 ms). Each pair's final losses are printed and compared.
+kind it prints median [min, max] milliseconds per step on rank 0 after warm-up and the final loss, and two ratios,
+each the median over repetitions of the ratio of the median step times of the repetition's two fits, with min and max:
+``loop hpu ÷ loop cpu``, what the device costs FSDP (target <= 1.05 on the virtual Gaudi, where both run the host's
+kernels), and ``trainer hpu ÷ loop hpu``, what Lightning adds (target <= 1.05; the model is sized for a step of >= 20
+ms). Each pair's final losses are printed and compared.
 Then a second process pair runs ``loop hpu`` and ``trainer hpu`` once each in lazy mode (``PT_HPU_LAZY_MODE=1``) and
 prints graphs, graph compilations (``metric_global("graph_compilation")``) and host syncs per steady-state step on
-rank 0, where the virtual Gaudi counts them. Last line ``fsdp_ratio_max=<float>``, the larger of the two ratios.
+rank 0, where the virtual Gaudi counts them. Last line ``fsdp_ratio_max=<float>``, the larger of the two median
+ratios.
 
     python benchmarks/fsdp.py [--fast] [--repeats N] [--steps N]
 """
 
 import json
 import os
-import statistics
 import time
 import warnings
 from argparse import SUPPRESS, ArgumentParser
@@ -38,8 +39,10 @@ from _common import (
     is_virtual,
     launch_pair,
     print_table,
+    rank_rows,
     spread,
     step_ratios,
+    summarize,
     use_gaudi_or_virtual,
 )
 
@@ -48,12 +51,13 @@ use_gaudi_or_virtual()
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 from torch import Tensor, nn  # noqa: E402
-from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
+from torch.utils.data import DataLoader  # noqa: E402
 
 import pytorch_lightning as pl  # noqa: E402
 
 WIDTH, BATCH, CLASSES, RANKS = 2048, 128, 10, 2
 WARMUP = 3
+DEVICE_TARGET, LIGHTNING_TARGET = 1.05, 1.05
 KINDS = ("loop hpu", "loop cpu", "trainer hpu")
 LAZY_KINDS = ("loop hpu", "trainer hpu")
 
@@ -63,15 +67,6 @@ def network() -> nn.Module:
     return nn.Sequential(
         nn.Linear(WIDTH, WIDTH), nn.ReLU(), nn.Linear(WIDTH, WIDTH), nn.ReLU(), nn.Linear(WIDTH, CLASSES)
     )
-
-
-def rank_rows(steps: int, rank: int) -> TensorDataset:
-    """This rank's half of each of ``steps`` global batches, in order."""
-    generator = torch.Generator().manual_seed(1)
-    samples = steps * BATCH * RANKS
-    inputs = torch.randn(samples, WIDTH, generator=generator)
-    targets = torch.randint(0, CLASSES, (samples,), generator=generator)
-    return TensorDataset(inputs[rank::RANKS], targets[rank::RANKS])
 
 
 def mixed_precision() -> Any:
@@ -126,7 +121,7 @@ def loop(device: str, steps: int, rank: int, probe: Probe) -> float:
     )
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     loss = torch.zeros(())
-    for inputs, targets in DataLoader(rank_rows(steps, rank), batch_size=BATCH):
+    for inputs, targets in DataLoader(rank_rows(steps, rank, BATCH, WIDTH, CLASSES, RANKS), batch_size=BATCH):
         probe()
         inputs, targets = inputs.to(target), targets.to(target)
         with torch.autocast(device, dtype=torch.bfloat16):
@@ -186,7 +181,7 @@ def fit(steps: int, rank: int, probe: Probe) -> float:
         enable_progress_bar=False,
         enable_model_summary=False,
     )
-    trainer.fit(Classifier(), DataLoader(rank_rows(steps, rank), batch_size=BATCH))
+    trainer.fit(Classifier(), DataLoader(rank_rows(steps, rank, BATCH, WIDTH, CLASSES, RANKS), batch_size=BATCH))
     dist.destroy_process_group()  # the next fit, possibly of another kind, starts its own group
     return recorder.loss.float().item()
 
@@ -219,7 +214,7 @@ def worker(kinds: tuple, repeats: int, steps: int) -> None:
 def main() -> None:
     parser = ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--fast", action="store_true", help="one short fit of each kind (smoke test)")
-    parser.add_argument("--repeats", type=int, default=6, help="fits of each kind")
+    parser.add_argument("--repeats", type=int, default=8, help="fits of each kind")
     parser.add_argument("--steps", type=int, default=25, help="training steps per fit")
     parser.add_argument("--worker", help=SUPPRESS)
     args = parser.parse_args()
@@ -233,14 +228,15 @@ def main() -> None:
     for kind, fits in results.items():
         ms = [value for result in fits for value in result["ms"]]
         rows.append([kind, spread(ms), f"{fits[-1]['loss']:.6f}"])
-    device, lightning = step_ratios(results, "loop hpu", "loop cpu"), step_ratios(results, "trainer hpu", "loop hpu")
+    device_ratios = step_ratios(results, "loop hpu", "loop cpu")
+    lightning_ratios = step_ratios(results, "trainer hpu", "loop hpu")
     print(
         f"{RANKS} processes, FSDP FULL_SHARD, bf16 mixed, {repeats} fit(s) x {steps} steps per kind, first {WARMUP}"
         f" steps left out; MLP {WIDTH}x{WIDTH}x{WIDTH}x{CLASSES}, batch {BATCH} per process, AdamW"
     )
     print_table(["kind", "ms/step (rank 0)", "final loss"], rows)
-    print(f"(a) loop hpu / loop cpu, target <= 1.10: {spread(device, 3)}")
-    print(f"(b) trainer hpu / loop hpu, target <= 1.05: {spread(lightning, 3)}")
+    device = summarize("loop hpu ÷ loop cpu", device_ratios, DEVICE_TARGET)
+    lightning = summarize("trainer hpu ÷ loop hpu", lightning_ratios, LIGHTNING_TARGET)
     for first, second in (("loop hpu", "loop cpu"), ("trainer hpu", "loop hpu")):
         losses = [(a["loss"], b["loss"]) for a, b in zip(results[first], results[second])]
         equal = all(a == b for a, b in losses)
@@ -261,7 +257,7 @@ def main() -> None:
         print_table(header + ["ms/step", "final loss"], rows)
     else:
         print("lazy-mode graphs and host syncs are read from the virtual Gaudi's counters: run with VIRTUAL_HPU=1")
-    print(f"fsdp_ratio_max={max(statistics.median(device), statistics.median(lightning)):.3f}")
+    print(f"fsdp_ratio_max={max(device.median, lightning.median):.3f}")
 
 
 if __name__ == "__main__":

@@ -9,13 +9,12 @@ ratios of the median step times of fits taken one after the other (target <= 1.0
     python benchmarks/performance_monitor.py [--fast] [--repeats N] [--epochs N]
 """
 
-import statistics
 import sys
 import warnings
 from argparse import ArgumentParser
 from pathlib import Path
 
-from _common import interleaved, print_table, spread, step_clock, use_gaudi_or_virtual
+from _common import interleaved, print_table, spread, step_clock, step_ratios, summarize, use_gaudi_or_virtual
 
 use_gaudi_or_virtual()
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples" / "pytorch"))
@@ -28,6 +27,7 @@ from pytorch_lightning.accelerators import HPUAccelerator  # noqa: E402
 from pytorch_lightning.callbacks import HPUPerformanceMonitor  # noqa: E402
 
 WARMUP = 5
+TARGET = 1.03
 KINDS = ("without", "with monitor")
 
 
@@ -62,16 +62,13 @@ def main() -> None:
 
     results = interleaved(KINDS, repeats, lambda kind, _: fit(kind, epochs))
     rows = [[kind, spread([ms for result in fits for ms in result["ms"]])] for kind, fits in results.items()]
-    ratios = [
-        statistics.median(on["ms"]) / statistics.median(off["ms"])
-        for off, on in zip(results["without"], results["with monitor"])
-    ]
+    ratios = step_ratios(results, "with monitor", "without")
     mode = "lazy" if HPUAccelerator.is_lazy() else "eager + compile"
     print(f"demo classifier, one HPU ({HPUAccelerator.describe()}, {mode}), {repeats} fit(s) x {epochs} epoch(s) each")
     print_table(["HPUPerformanceMonitor", "ms/step"], rows)
     print(results["with monitor"][-1]["report"])
-    print(f"with/without ratio of the median step times, target <= 1.03: {spread(ratios, 3)}")
-    print(f"monitor_overhead_ratio={statistics.median(ratios):.3f}")
+    ratio = summarize("with monitor ÷ without, step time", ratios, TARGET)
+    print(f"monitor_overhead_ratio={ratio.median:.3f}")
 
 
 if __name__ == "__main__":
