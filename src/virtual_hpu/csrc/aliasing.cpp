@@ -4,7 +4,9 @@
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/TensorImpl.h>
 
+#include <array>
 #include <cstring>
+#include <utility>
 
 namespace virtual_hpu {
 namespace {
@@ -68,18 +70,22 @@ class AliasPool {
 
 thread_local AliasPool t_pool;
 
-// A CPU result adopted as HPU memory: keeps the CPU storage alive and books its bytes on the device.
-struct AdoptedMemory {
-  c10::Storage cpu;
-  size_t nbytes;
-  c10::DeviceIndex index;
-};
-
-void releaseAdopted(void* ctx) {
-  auto* adopted = static_cast<AdoptedMemory*>(ctx);
-  recordFree(adopted->index, adopted->nbytes, adopted->cpu.mutable_data());
-  delete adopted;
+// A CPU result adopted as HPU memory: the HPU storage holds the CPU storage (its context, one reference) and books its
+// bytes on the device; one deleter per device index, so that nothing else needs allocating per result.
+template <c10::DeviceIndex kIndex>
+void releaseAdopted(void* context) {
+  auto* cpu = static_cast<c10::StorageImpl*>(context);
+  recordFree(kIndex, cpu->nbytes(), const_cast<void*>(cpu->data()));
+  c10::raw::intrusive_ptr::decref(cpu);
 }
+
+template <size_t... kIndex>
+constexpr std::array<c10::DeleterFnPtr, kMaxDevices> adoptedDeleters(std::index_sequence<kIndex...>) {
+  return {&releaseAdopted<static_cast<c10::DeviceIndex>(kIndex)>...};
+}
+
+constexpr std::array<c10::DeleterFnPtr, kMaxDevices> kReleaseAdopted =
+    adoptedDeleters(std::make_index_sequence<kMaxDevices>{});
 
 c10::Storage adoptStorage(const c10::Storage& cpu, c10::DeviceIndex index) {
   const size_t nbytes = cpu.nbytes();
@@ -88,7 +94,9 @@ c10::Storage adoptStorage(const c10::Storage& cpu, c10::DeviceIndex index) {
   if (nbytes != 0) {
     void* ptr = cpu.mutable_data();
     recordAlloc(index, nbytes, ptr);
-    data = c10::DataPtr(ptr, new AdoptedMemory{cpu, nbytes, index}, &releaseAdopted, device);
+    c10::StorageImpl* held = cpu.unsafeGetStorageImpl();
+    c10::raw::intrusive_ptr::incref(held);
+    data = c10::DataPtr(ptr, held, kReleaseAdopted[index], device);
   }
   return c10::Storage(c10::make_intrusive<c10::StorageImpl>(c10::StorageImpl::use_byte_size_t(), nbytes,
                                                             std::move(data), allocatorFor(index),

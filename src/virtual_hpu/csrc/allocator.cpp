@@ -7,6 +7,7 @@
 #include <torch/library.h>
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <cstdio>
 #include <map>
@@ -16,16 +17,22 @@
 namespace virtual_hpu {
 namespace {
 
-// The fields behind Gaudi's memory_stats(); without a pool every allocation is a system allocation.
+// The fields behind Gaudi's memory_stats(); without a pool every allocation is a system allocation. Atomics, not a
+// lock: every op result is booked here.
 struct MemoryStats {
-  std::mutex mutex;
-  int64_t limit = 0;
-  int64_t in_use = 0;
-  int64_t max_in_use = 0;
-  int64_t num_allocs = 0;
-  int64_t num_frees = 0;
-  int64_t max_alloc_size = 0;
+  std::atomic<int64_t> limit{0};
+  std::atomic<int64_t> in_use{0};
+  std::atomic<int64_t> max_in_use{0};
+  std::atomic<int64_t> num_allocs{0};
+  std::atomic<int64_t> num_frees{0};
+  std::atomic<int64_t> max_alloc_size{0};
 };
+
+void raiseTo(std::atomic<int64_t>& maximum, int64_t value) {
+  int64_t seen = maximum.load(std::memory_order_relaxed);
+  while (value > seen && !maximum.compare_exchange_weak(seen, value, std::memory_order_relaxed)) {
+  }
+}
 
 std::array<MemoryStats, kMaxDevices> g_stats;
 
@@ -138,23 +145,20 @@ MemoryStats& statsFor(int64_t index) {
 // Order of the values matches MEMORY_STATS_KEYS in virtual_hpu/_native.py.
 std::vector<int64_t> memoryStats(int64_t index) {
   MemoryStats& s = statsFor(index);
-  std::lock_guard<std::mutex> lock(s.mutex);
-  int64_t active = s.num_allocs - s.num_frees;
-  return {s.limit, s.in_use, s.max_in_use, s.num_allocs, s.num_frees, active,
-          s.max_alloc_size, s.num_allocs, s.num_frees, active};
+  const int64_t allocs = s.num_allocs.load(), frees = s.num_frees.load();
+  return {s.limit.load(), s.in_use.load(), s.max_in_use.load(), allocs, frees, allocs - frees,
+          s.max_alloc_size.load(), allocs, frees, allocs - frees};
 }
 
 void resetPeakStats(int64_t index) {
   MemoryStats& s = statsFor(index);
-  std::lock_guard<std::mutex> lock(s.mutex);
-  s.max_in_use = s.in_use;
+  s.max_in_use = s.in_use.load();
   s.max_alloc_size = 0;
 }
 
 void setMemoryLimit(int64_t index, int64_t limit_bytes) {
   TORCH_CHECK(limit_bytes > 0, "memory limit must be positive, got ", limit_bytes);
   MemoryStats& s = statsFor(index);
-  std::lock_guard<std::mutex> lock(s.mutex);
   s.limit = limit_bytes;
 }
 
@@ -182,39 +186,28 @@ bool isPinned(const void* ptr) {
 void recordAlloc(c10::DeviceIndex index, size_t nbytes, void* ptr) {
   MemoryStats& s = g_stats[index];
   const auto size = static_cast<int64_t>(nbytes);
-  int64_t in_use = 0;
-  bool booked = false;
-  {
-    std::lock_guard<std::mutex> lock(s.mutex);
-    in_use = s.in_use;
-    if (s.limit == 0 || in_use + size <= s.limit) {
-      in_use = s.in_use += size;
-      s.max_in_use = std::max(s.max_in_use, in_use);
-      s.max_alloc_size = std::max(s.max_alloc_size, size);
-      ++s.num_allocs;
-      booked = true;
-    }
-  }
+  const int64_t limit = s.limit.load(std::memory_order_relaxed);
+  const int64_t in_use = s.in_use.fetch_add(size, std::memory_order_relaxed) + size;
   c10::Device device(c10::DeviceType::HPU, index);
-  if (!booked) {
-    c10::reportOutOfMemoryToProfiler(size, in_use, in_use, device);
+  if (limit != 0 && in_use > limit) {
+    const int64_t before = s.in_use.fetch_sub(size, std::memory_order_relaxed) - size;
+    c10::reportOutOfMemoryToProfiler(size, before, before, device);
     TORCH_CHECK_WITH(OutOfMemoryError, false, "HPU out of memory on hpu:", static_cast<int>(index),
-                     ": tried to allocate ", mib(size), " MiB; ", mib(in_use), " MiB in use of ", mib(s.limit),
+                     ": tried to allocate ", mib(size), " MiB; ", mib(before), " MiB in use of ", mib(limit),
                      " MiB limit (VIRTUAL_HPU_MEMORY_MB)");
   }
-  c10::reportMemoryUsageToProfiler(ptr, static_cast<int64_t>(nbytes), in_use, in_use, device);
+  raiseTo(s.max_in_use, in_use);
+  raiseTo(s.max_alloc_size, size);
+  s.num_allocs.fetch_add(1, std::memory_order_relaxed);
+  c10::reportMemoryUsageToProfiler(ptr, size, in_use, in_use, device);
 }
 
 void recordFree(c10::DeviceIndex index, size_t nbytes, void* ptr) {
   MemoryStats& s = g_stats[index];
-  int64_t in_use = 0;
-  {
-    std::lock_guard<std::mutex> lock(s.mutex);
-    in_use = s.in_use -= static_cast<int64_t>(nbytes);
-    ++s.num_frees;
-  }
-  c10::reportMemoryUsageToProfiler(ptr, -static_cast<int64_t>(nbytes), in_use, in_use,
-                                   c10::Device(c10::DeviceType::HPU, index));
+  const auto size = static_cast<int64_t>(nbytes);
+  const int64_t in_use = s.in_use.fetch_sub(size, std::memory_order_relaxed) - size;
+  s.num_frees.fetch_add(1, std::memory_order_relaxed);
+  c10::reportMemoryUsageToProfiler(ptr, -size, in_use, in_use, c10::Device(c10::DeviceType::HPU, index));
 }
 
 }  // namespace virtual_hpu
