@@ -162,6 +162,7 @@ void CpuAliases::finishWrites() {
 
 at::Tensor CpuAliases::toHpu(const at::Tensor& cpu, c10::DeviceIndex index) {
   if (!cpu.defined() || !cpu.is_cpu()) return cpu;
+  roundToFloat(cpu);  // what comes back to the device has the values Gaudi stores
   for (const Input& input : inputs_) {
     if (input.cpu.get() == cpu.unsafeGetTensorImpl()) return *input.hpu;  // in-place and out= results
   }

@@ -123,9 +123,7 @@ class Arguments {
 template <class Result>
 Result toHpu(Arguments& arguments, Result&& result) {
   if constexpr (std::is_same_v<std::decay_t<Result>, at::Tensor>) {
-    at::Tensor hpu = arguments.aliases().toHpu(result, arguments.device());
-    if (hpu.defined() && hpu.is_hpu()) roundToFloat(result);
-    return hpu;
+    return arguments.aliases().toHpu(result, arguments.device());
   } else {
     return std::apply([&](auto&&... each) { return Result(toHpu(arguments, std::move(each))...); }, std::move(result));
   }

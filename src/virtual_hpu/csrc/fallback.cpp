@@ -85,11 +85,7 @@ void hpuFallback(const c10::OperatorHandle& op, c10::DispatchKeySet /*keys*/, to
   op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
 
   aliases.finishWrites();
-  auto toHpu = [&](const at::Tensor& t) {
-    at::Tensor hpu = aliases.toHpu(t, device);
-    if (hpu.defined() && hpu.is_hpu()) roundToFloat(t);
-    return hpu;
-  };
+  auto toHpu = [&](const at::Tensor& t) { return aliases.toHpu(t, device); };
   for (size_t i = stack->size() - op.schema().returns().size(); i < stack->size(); ++i) {
     (*stack)[i] = mapTensors((*stack)[i], toHpu);
   }

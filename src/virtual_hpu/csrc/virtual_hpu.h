@@ -53,7 +53,8 @@ class CpuAliases {
   // After the CPU kernel: carries what it did to the `written` aliases (values rounded as Gaudi stores them, a resize
   // or new memory) over to their HPU tensors.
   void finishWrites();
-  // HPU tensor for a CPU result: the original input, an HPU view, or an adopted new tensor.
+  // HPU tensor for a CPU result (float64 values rounded to float32 first): the original input, an HPU view, or an
+  // adopted new tensor.
   at::Tensor toHpu(const at::Tensor& cpu, c10::DeviceIndex index);
 
  private:
