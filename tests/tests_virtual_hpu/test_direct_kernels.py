@@ -56,6 +56,60 @@ def test_forward_and_backward_match_cpu(name):
             torch.testing.assert_close(hpu, cpu, rtol=0, atol=0)
 
 
+# Out-of-place elementwise ops whose CPU kernel writes its result straight into device memory: the result must have
+# the CPU result's shape, strides and dtype whatever the inputs' layouts, promotion and broadcasting.
+LAYOUTS = {
+    "transposed": lambda g: (torch.randn(3, 4, generator=g).t(), torch.randn(4, 3, generator=g)),
+    "both_transposed": lambda g: (torch.randn(3, 4, generator=g).t(), torch.randn(3, 4, generator=g).t()),
+    "channels_last": lambda g: (
+        torch.randn(2, 3, 4, 5, generator=g).to(memory_format=torch.channels_last),
+        torch.randn(2, 3, 4, 5, generator=g).to(memory_format=torch.channels_last),
+    ),
+    "broadcast": lambda g: (torch.randn(3, 1, generator=g), torch.randn(1, 4, generator=g)),
+    "int_and_float": lambda g: (torch.arange(6).view(2, 3), torch.randn(2, 3, generator=g)),
+    "bf16_and_scalar_tensor": lambda g: (torch.randn(5, generator=g).bfloat16(), torch.tensor(2.5)),
+    "strided_slice": lambda g: (torch.randn(6, 8, generator=g)[::2, 1::3], torch.randn(3, 3, generator=g)),
+}
+ELEMENTWISE = {
+    "add": lambda a, b: torch.add(a, b, alpha=2),
+    "sub": lambda a, b: a - b,
+    "mul": lambda a, b: a * b,
+    "div": lambda a, b: a / (b.abs() + 1),
+    "maximum": lambda a, b: torch.maximum(a.float(), b.float()),
+    "unary": lambda a, b: a.float().neg().exp().sqrt().rsqrt().pow(3).tanh().sigmoid(),
+    "activations": lambda a, b: torch.nn.functional.gelu(a.float()) + torch.nn.functional.silu(b.float()),
+}
+
+
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+@pytest.mark.parametrize("name", sorted(ELEMENTWISE))
+def test_out_of_place_results_have_the_cpu_results_layout_and_dtype(name, layout):
+    a, b = LAYOUTS[layout](torch.Generator().manual_seed(0))
+    if layout == "bf16_and_scalar_tensor":
+        on_hpu = (a.to("hpu"), b)  # a 0-dim CPU tensor meets HPU tensors, as a Python number does
+    else:
+        on_hpu = (a.to("hpu"), b.to("hpu"))
+    # the same layouts on the CPU: a copy to another device makes a strided slice contiguous
+    expected = ELEMENTWISE[name](*(t.cpu() for t in on_hpu))
+    result = ELEMENTWISE[name](*on_hpu)
+    assert result.device.type == "hpu"
+    assert (result.shape, result.stride(), result.dtype) == (expected.shape, expected.stride(), expected.dtype)
+    torch.testing.assert_close(result.cpu(), expected, rtol=0, atol=0)
+
+
+def test_an_out_of_place_result_is_device_memory_of_its_own():
+    a, b = torch.ones(256, device="hpu"), torch.full((256,), 2.0, device="hpu")
+    hthpu.synchronize()
+    before = hthpu.memory_allocated()
+    product = a * b
+    assert hthpu.memory_allocated() - before == product.untyped_storage().nbytes() == 256 * 4
+    assert product.untyped_storage().data_ptr() not in (a.untyped_storage().data_ptr(), b.untyped_storage().data_ptr())
+    product.add_(1)  # its own memory: the inputs do not change
+    assert torch.equal(a.cpu(), torch.ones(256)) and torch.equal(product.cpu(), torch.full((256,), 3.0))
+    del product
+    assert hthpu.memory_allocated() == before
+
+
 def test_in_place_ops_write_the_callers_tensor_and_bump_its_version():
     a = torch.zeros(5, device="hpu")
     version = a._version

@@ -3,11 +3,13 @@
 // its reference count, which for a tensor with a Python object takes the GIL: these kernels borrow their arguments.
 #include "virtual_hpu.h"
 
+#include <ATen/EmptyTensor.h>
 #include <ATen/ops/_log_softmax_backward_data_ops.h>
 #include <ATen/ops/_log_softmax_ops.h>
 #include <ATen/ops/_softmax_backward_data_ops.h>
 #include <ATen/ops/_softmax_ops.h>
 #include <ATen/ops/abs_ops.h>
+#include <ATen/ops/add_native.h>
 #include <ATen/ops/add_ops.h>
 #include <ATen/ops/addcdiv_ops.h>
 #include <ATen/ops/addcmul_ops.h>
@@ -15,33 +17,51 @@
 #include <ATen/ops/baddbmm_ops.h>
 #include <ATen/ops/bmm_ops.h>
 #include <ATen/ops/clamp_ops.h>
+#include <ATen/ops/div_native.h>
 #include <ATen/ops/div_ops.h>
+#include <ATen/ops/exp_native.h>
 #include <ATen/ops/exp_ops.h>
 #include <ATen/ops/fill_ops.h>
+#include <ATen/ops/gelu_backward_native.h>
 #include <ATen/ops/gelu_backward_ops.h>
+#include <ATen/ops/gelu_native.h>
 #include <ATen/ops/gelu_ops.h>
 #include <ATen/ops/lerp_ops.h>
+#include <ATen/ops/maximum_native.h>
 #include <ATen/ops/maximum_ops.h>
 #include <ATen/ops/mean_ops.h>
 #include <ATen/ops/mm_ops.h>
+#include <ATen/ops/mul_native.h>
 #include <ATen/ops/mul_ops.h>
 #include <ATen/ops/native_layer_norm_backward_ops.h>
 #include <ATen/ops/native_layer_norm_ops.h>
+#include <ATen/ops/neg_native.h>
 #include <ATen/ops/neg_ops.h>
 #include <ATen/ops/nll_loss_backward_ops.h>
 #include <ATen/ops/nll_loss_forward_ops.h>
+#include <ATen/ops/pow_native.h>
 #include <ATen/ops/pow_ops.h>
 #include <ATen/ops/relu_ops.h>
+#include <ATen/ops/rsqrt_native.h>
 #include <ATen/ops/rsqrt_ops.h>
+#include <ATen/ops/sigmoid_backward_native.h>
 #include <ATen/ops/sigmoid_backward_ops.h>
+#include <ATen/ops/sigmoid_native.h>
 #include <ATen/ops/sigmoid_ops.h>
+#include <ATen/ops/silu_backward_native.h>
 #include <ATen/ops/silu_backward_ops.h>
+#include <ATen/ops/silu_native.h>
 #include <ATen/ops/silu_ops.h>
+#include <ATen/ops/sqrt_native.h>
 #include <ATen/ops/sqrt_ops.h>
+#include <ATen/ops/sub_native.h>
 #include <ATen/ops/sub_ops.h>
 #include <ATen/ops/sum_ops.h>
+#include <ATen/ops/tanh_backward_native.h>
 #include <ATen/ops/tanh_backward_ops.h>
+#include <ATen/ops/tanh_native.h>
 #include <ATen/ops/tanh_ops.h>
+#include <ATen/ops/threshold_backward_native.h>
 #include <ATen/ops/threshold_backward_ops.h>
 #include <ATen/ops/where_ops.h>
 #include <ATen/ops/zero_ops.h>
@@ -129,12 +149,46 @@ Result toHpu(Arguments& arguments, Result&& result) {
   }
 }
 
-// `kMatmul`: a matrix product, computed in fp32 where the host multiplies its low precision slowly.
-template <class Op, bool kMatmul = false, class Signature = typename Op::schema>
+// Torch's structured CPU kernel for an op (its meta and impl halves, `Native`), with the output allocated on the device
+// and handed to the kernel as a CPU alias: the result needs no CPU allocation of its own to adopt, which is most of
+// what an out-of-place op costs beyond the CPU's. For kernels that take an output of any strides (TensorIterator's).
+template <class Native>
+class DeviceOutput final : public Native {
+ public:
+  explicit DeviceOutput(Arguments& arguments) : arguments_(arguments) {}
+
+  const at::Tensor& maybe_get_output(int64_t /*index*/) override { return cpu_; }
+
+  void set_output_raw_strided(int64_t index, c10::IntArrayRef sizes, c10::IntArrayRef strides,
+                              c10::TensorOptions options) override {
+    const c10::ScalarType dtype = options.dtype().toScalarType();
+    checkDtype(dtype);
+    c10::Allocator* allocator = allocatorFor(arguments_.device());
+    const c10::DispatchKeySet keys(c10::DispatchKey::HPU);
+    // no strides: dense in the options' memory format
+    hpu_ = strides.empty() ? at::detail::empty_generic(sizes, allocator, keys, dtype, options.memory_format_opt())
+                           : at::detail::empty_strided_generic(sizes, strides, allocator, keys, dtype);
+    // written: float64 values are rounded as Gaudi stores them once the kernel is done
+    cpu_ = arguments_.aliases().toCpu(c10::MaybeOwned<at::Tensor>::borrowed(hpu_), /*written=*/true);
+    Native::set_output_raw_strided(index, sizes, strides, options);
+  }
+
+  const at::Tensor& cpu() const { return cpu_; }
+  at::Tensor take() { return std::move(hpu_); }
+
+ private:
+  Arguments& arguments_;
+  at::Tensor hpu_;
+  at::Tensor cpu_;
+};
+
+// `Native`: the op's structured CPU kernel class, run with a device output (DeviceOutput); void: the CPU kernel through
+// the dispatcher. `kMatmul`: a matrix product, computed in fp32 where the host multiplies its low precision slowly.
+template <class Op, class Native = void, bool kMatmul = false, class Signature = typename Op::schema>
 struct Direct;
 
-template <class Op, bool kMatmul, class Result, class... Args>
-struct Direct<Op, kMatmul, Result(Args...)> {
+template <class Op, class Native, bool kMatmul, class Result, class... Args>
+struct Direct<Op, Native, kMatmul, Result(Args...)> {
   // Arguments the schema marks as written are the non-const tensor references: `self` of in-place ops, `out`.
   template <class Arg>
   static constexpr bool kWritten = std::is_same_v<Arg, at::Tensor&>;
@@ -157,6 +211,13 @@ struct Direct<Op, kMatmul, Result(Args...)> {
       std::apply([&](auto&... each) { Op::redispatch(keys, each...); }, cpu);
       arguments.aliases().finishWrites();
       return written(args...);
+    } else if constexpr (!std::is_void_v<Native>) {
+      // the aliases (inside `arguments`) borrow the output, so `kernel` is declared after them and dies first
+      DeviceOutput<Native> kernel(arguments);
+      std::apply([&](auto&... each) { kernel.meta(each...); }, cpu);
+      std::apply([&](auto&... each) { kernel.impl(each..., kernel.cpu()); }, cpu);
+      arguments.aliases().finishWrites();
+      return kernel.take();
     } else {
       Result result = std::apply([&](auto&... each) { return Op::redispatch(keys, each...); }, cpu);
       if constexpr (kMatmul) {
@@ -192,7 +253,12 @@ void registerDirect(torch::Library& m) {
 
 template <class... Ops>
 void registerMatmuls(torch::Library& m) {
-  (Direct<Ops, true>::registerIn(m), ...);
+  (Direct<Ops, void, true>::registerIn(m), ...);
+}
+
+template <class... Kernels>
+void registerKernels(torch::Library& m) {
+  (Kernels::registerIn(m), ...);
 }
 
 void widenLowPrecisionMatmuls(bool bf16, bool fp16) {
@@ -208,15 +274,30 @@ TORCH_LIBRARY_FRAGMENT(virtual_hpu, m) {
 // of linear layers, normalizations, activations and losses call per step.
 TORCH_LIBRARY_IMPL(aten, HPU, m) {
   namespace ops = at::_ops;
-  registerDirect<ops::add_Tensor, ops::add__Tensor, ops::add_Scalar, ops::sub_Tensor, ops::sub__Tensor,
-                 ops::mul_Tensor, ops::mul__Tensor, ops::mul__Scalar, ops::div_Tensor, ops::div__Tensor,
-                 ops::div__Scalar, ops::neg, ops::abs, ops::exp, ops::sqrt, ops::rsqrt, ops::pow_Tensor_Scalar,
-                 ops::maximum, ops::clamp, ops::where_self, ops::addcmul_, ops::addcdiv_, ops::lerp__Scalar,
-                 ops::fill__Scalar, ops::zero_>(m);
+  namespace native = at::native;
+  // out-of-place elementwise ops: the CPU kernel writes straight into device memory
+  registerKernels<Direct<ops::add_Tensor, native::structured_ufunc_add_CPU>,
+                  Direct<ops::sub_Tensor, native::structured_sub_out>,
+                  Direct<ops::mul_Tensor, native::structured_mul_out>,
+                  Direct<ops::div_Tensor, native::structured_div_out>, Direct<ops::neg, native::structured_neg_out>,
+                  Direct<ops::exp, native::structured_exp_out>, Direct<ops::sqrt, native::structured_sqrt_out>,
+                  Direct<ops::rsqrt, native::structured_rsqrt_out>,
+                  Direct<ops::pow_Tensor_Scalar, native::structured_pow_Tensor_Scalar_out>,
+                  Direct<ops::maximum, native::structured_maximum_out>,
+                  Direct<ops::gelu, native::structured_gelu_out_cpu>,
+                  Direct<ops::gelu_backward, native::structured_gelu_backward_out_cpu>,
+                  Direct<ops::silu, native::structured_silu_out>,
+                  Direct<ops::silu_backward, native::structured_silu_backward_out>,
+                  Direct<ops::tanh, native::structured_tanh_out>,
+                  Direct<ops::tanh_backward, native::structured_tanh_backward_out>,
+                  Direct<ops::sigmoid, native::structured_sigmoid_out>,
+                  Direct<ops::sigmoid_backward, native::structured_sigmoid_backward_out>,
+                  Direct<ops::threshold_backward, native::structured_threshold_backward_out>>(m);
+  registerDirect<ops::add__Tensor, ops::add_Scalar, ops::sub__Tensor, ops::mul__Tensor, ops::mul__Scalar,
+                 ops::div__Tensor, ops::div__Scalar, ops::abs, ops::clamp, ops::where_self, ops::addcmul_,
+                 ops::addcdiv_, ops::lerp__Scalar, ops::fill__Scalar, ops::zero_>(m);
   registerMatmuls<ops::mm, ops::bmm, ops::addmm, ops::baddbmm>(m);
-  registerDirect<ops::sum_dim_IntList, ops::mean_dim, ops::relu,
-                 ops::threshold_backward, ops::gelu, ops::gelu_backward, ops::silu, ops::silu_backward, ops::tanh,
-                 ops::tanh_backward, ops::sigmoid, ops::sigmoid_backward, ops::_softmax, ops::_softmax_backward_data,
+  registerDirect<ops::sum_dim_IntList, ops::mean_dim, ops::relu, ops::_softmax, ops::_softmax_backward_data,
                  ops::_log_softmax, ops::_log_softmax_backward_data, ops::nll_loss_forward, ops::nll_loss_backward,
                  ops::native_layer_norm, ops::native_layer_norm_backward>(m);
 }
