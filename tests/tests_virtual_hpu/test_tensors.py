@@ -161,6 +161,31 @@ def test_float64_is_held_but_computed_in_float32():
     assert torch.equal(cast.cpu(), (torch.tensor([1 / 3]).double() * (1 / 3)).float().double())
 
 
+@pytest.mark.parametrize(
+    ("source", "rounded"),
+    [
+        # wider than float32's 24-bit significand: rounded, as Gaudi stores it
+        (torch.tensor([2**24 + 1], dtype=torch.int32), True),
+        (torch.tensor([2**40 + 1], dtype=torch.int64), True),
+        (torch.tensor([1 / 3], dtype=torch.float64), True),
+        # every value of these fits in float32: copied as they are
+        (torch.tensor([1 / 3], dtype=torch.float32), False),
+        (torch.tensor([1 / 3], dtype=torch.bfloat16), False),
+        (torch.tensor([-32767], dtype=torch.int16), False),
+    ],
+    ids=["int32", "int64", "float64", "float32", "bfloat16", "int16"],
+)
+def test_a_copy_into_float64_on_the_device_is_rounded_only_where_float32_cannot_hold_the_source(source, rounded):
+    on_hpu = source.to("hpu", torch.float64)
+    expected = source.double()
+    if rounded:
+        assert not torch.equal(expected.float().double(), expected)
+        expected = expected.float().double()
+    assert torch.equal(on_hpu.cpu(), expected)
+    # from a device tensor too
+    assert torch.equal(source.to("hpu").to(torch.float64).cpu(), expected)
+
+
 def test_float64_warns_once_per_process(python):
     result = python(
         """

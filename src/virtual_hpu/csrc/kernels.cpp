@@ -36,6 +36,10 @@ at::Tensor emptyStrided(c10::IntArrayRef size, c10::IntArrayRef stride, std::opt
                                            c10::DispatchKeySet(c10::DispatchKey::HPU), type);
 }
 
+// Whether float32 holds every value of `type` exactly (float32 itself, and all types of 16 bits or less), so that a
+// copy from it into a float64 HPU tensor needs no rounding.
+bool fitsInFloat32(c10::ScalarType type) { return type == c10::ScalarType::Float || c10::elementSize(type) <= 2; }
+
 // Every transfer to or from the device runs as a CPU copy between aliases of the same memory.
 at::Tensor copyFrom(const at::Tensor& self, const at::Tensor& dst, bool /*non_blocking*/) {
   if (self.is_hpu() && !dst.is_hpu()) {
@@ -47,7 +51,7 @@ at::Tensor copyFrom(const at::Tensor& self, const at::Tensor& dst, bool /*non_bl
   at::Tensor source = self.is_hpu() ? aliases.toCpu(c10::MaybeOwned<at::Tensor>::borrowed(self)) : self;
   at::Tensor target = dst.is_hpu() ? aliases.toCpu(c10::MaybeOwned<at::Tensor>::borrowed(dst)) : dst;
   target.copy_(source);
-  if (dst.is_hpu()) roundToFloat(target);
+  if (dst.is_hpu() && !fitsInFloat32(source.scalar_type())) roundToFloat(target);
   return dst;
 }
 
