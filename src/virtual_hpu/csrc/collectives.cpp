@@ -10,6 +10,7 @@
 #include <torch/library.h>
 
 #include <mutex>
+#include <string_view>
 
 namespace virtual_hpu {
 namespace {
@@ -128,14 +129,19 @@ class HpuWork : public c10d::Work {
   c10::intrusive_ptr<c10::ivalue::Future> future_;
 };
 
-bool isReduceOp(const c10::Argument& argument) {
-  return argument.type()->str() == "__torch__.torch.classes.c10d.ReduceOp";
+// Compared by the class's qualified name without building the type's string: these run for every argument of every
+// collective.
+bool isClass(const c10::Argument& argument, std::string_view name) {
+  const auto* type = argument.type()->castRaw<c10::ClassType>();
+  return type != nullptr && type->name().has_value() && type->name()->qualifiedName() == name;
 }
 
-bool isWork(const c10::Argument& argument) { return argument.type()->str() == "__torch__.torch.classes.c10d.Work"; }
+bool isReduceOp(const c10::Argument& argument) { return isClass(argument, "__torch__.torch.classes.c10d.ReduceOp"); }
+
+bool isWork(const c10::Argument& argument) { return isClass(argument, "__torch__.torch.classes.c10d.Work"); }
 
 bool isProcessGroup(const c10::Argument& argument) {
-  return argument.type()->str() == "__torch__.torch.classes.c10d.ProcessGroup";
+  return isClass(argument, "__torch__.torch.classes.c10d.ProcessGroup");
 }
 
 // The CPU kernels of the c10d ops call the group's cpu backend. When the group has its own backend for hpu (always
