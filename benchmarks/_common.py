@@ -200,6 +200,85 @@ def step_clock(warmup: int) -> tuple:
     return _Clock(), milliseconds
 
 
+def lockstep(start_loop: Callable[[], Any], loop_at_end: bool, counters: Callable[[], dict] = dict) -> Any:
+    """A Trainer callback that times the Trainer against a hand-written loop in lockstep: it takes one step of the loop
+    inside every Trainer step, at the step's start or, with ``loop_at_end``, at its end (alternate between
+    repetitions), so that each Trainer step is paired with a loop step taken at nearly the same moment of a noisy
+    machine. A Trainer step is the time between the starts of two consecutive training steps minus the loop step
+    inside it. Call it after ``use_gaudi_or_virtual()``.
+
+    ``start_loop()``, called when training starts, returns the loop: an object whose ``step()`` takes one step and
+    whose ``close()``, called when training ends, returns what the benchmark checks (its final loss, ...), kept as
+    ``closed``. ``counters()`` gives running counts (host syncs, graphs), read at the start of every Trainer step and
+    around every loop step. After the fit, ``ms(warmup)`` gives the paired step times and ``per_step(warmup)`` the
+    counts per step of each.
+    """
+    from lightning.pytorch import Callback
+
+    class _Lockstep(Callback):
+        def __init__(self) -> None:
+            self.step_starts: list = []
+            self.step_counters: list = []  # at the start of each Trainer step
+            self.loop_seconds: list = []
+            self.loop_counts: list = []  # what each loop step added to the counters
+            self.loop: Any = None
+            self.closed: Any = None
+
+        def on_train_start(self, *args: object) -> None:
+            self.loop = start_loop()
+
+        def _loop_step(self) -> None:
+            before, start = counters(), time.perf_counter()
+            self.loop.step()
+            self.loop_seconds.append(time.perf_counter() - start)
+            after = counters()
+            self.loop_counts.append({key: after[key] - before[key] for key in after})
+
+        def on_train_batch_start(self, *args: object) -> None:
+            self.step_starts.append(time.perf_counter())
+            self.step_counters.append(counters())
+            if not loop_at_end:
+                self._loop_step()
+
+        def on_train_batch_end(self, *args: object) -> None:
+            if loop_at_end:
+                self._loop_step()
+
+        def on_train_end(self, *args: object) -> None:
+            self.closed = self.loop.close()
+
+        def ms(self, warmup: int) -> dict:
+            """Milliseconds of each Trainer step (but the last, which has no next start) and of the loop step paired
+            with it, after the first ``warmup``: ``{"trainer": [...], "loop": [...]}``."""
+            starts, inside = self.step_starts, self.loop_seconds
+            trainer = [later - earlier - loop for earlier, later, loop in zip(starts, starts[1:], inside)]
+            return {
+                "trainer": [seconds * 1000 for seconds in trainer[warmup:]],
+                "loop": [seconds * 1000 for seconds in inside[warmup : len(trainer)]],
+            }
+
+        def per_step(self, warmup: int) -> Optional[dict]:
+            """``{"trainer": counts, "loop": counts}`` per step after the first ``warmup``, or ``None`` without
+            counters."""
+            window = self.step_counters[warmup:]
+            if len(window) < 2 or not window[0]:
+                return None
+            count, keys = len(window) - 1, window[0].keys()
+            loop_counts = self.loop_counts[warmup : len(self.step_starts) - 1]
+            loop = {key: sum(counts[key] for counts in loop_counts) for key in keys}
+            return {
+                "trainer": {key: (window[-1][key] - window[0][key] - loop[key]) / count for key in keys},
+                "loop": {key: loop[key] / count for key in keys},
+            }
+
+    return _Lockstep()
+
+
+def paired_ratio(fit: dict) -> float:
+    """The median over a fit's steps of each Trainer step ÷ the loop step paired with it (``ms`` of ``lockstep``)."""
+    return statistics.median(trainer / loop for trainer, loop in zip(fit["trainer"], fit["loop"]))
+
+
 def free_port() -> int:
     """A TCP port that no socket on this machine holds now: bind to port 0, read what the kernel gave, close."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:

@@ -1,22 +1,28 @@
 """DeepSpeed ZeRO-2 in bf16 on 2 processes: the HPU against the CPU, and the Trainer against a hand-written loop.
 
-Three kinds of fit train the same MLP with AdamW from the same seed on the same rows (each rank its own half of every
-global batch):
+Every fit trains the same MLP with AdamW from the same seed on the same rows (each rank its own half of every global
+batch), with:
 
 - ``loop hpu``: the loop a DeepSpeed user writes (``deepspeed.initialize``, ``engine.backward``, ``engine.step``) on
   the HPU over HCCL, with DeepSpeed's HPU accelerator;
 - ``loop cpu``: the same loop on the CPU over gloo, with DeepSpeed's CPU accelerator;
 - ``trainer hpu``: ``pl.Trainer(accelerator="hpu", devices=2, strategy="hpu_deepspeed_stage_2",
-  precision="bf16-mixed")``.
+  precision="bf16-mixed")``, with the HPU loop in lockstep (an engine of its own, on the Trainer's process group).
 
-This script starts the two processes itself (as ``torchrun`` would; Lightning joins them), and each runs every kind in
-turn, the order swapping every repeat, each fit with its own process group: machine noise hits every kind alike. Per
-kind it prints median [min, max] milliseconds per step on rank 0 after warm-up and the final loss, and two ratios,
-each the median over repetitions of the ratio of the median step times of the repetition's two fits, with min and max:
-``loop hpu ÷ loop cpu``, what the device costs DeepSpeed (target <= 1.05 on the virtual Gaudi, where both run the
-host's kernels), and ``trainer hpu ÷ loop hpu``, what Lightning adds (target <= 1.05 at >= 20 ms per step). Both pairs
-must end with the same loss and weights, bit for bit. Last line ``deepspeed_ratio_max=<float>``, the larger of the two
-median ratios.
+The Trainer is timed in lockstep with the loop, because machines are noisy and a 2-process step waits for the slower
+rank: a callback takes one step of the loop inside every Trainer step (at its start in even repetitions, at its end in
+odd ones), so every Trainer step is paired with a loop step taken at nearly the same moment. A Trainer step is the time
+between the starts of two consecutive training steps minus the loop step inside it. The loops on the two devices run
+on their own, a fit each (DeepSpeed has one accelerator per process). This script starts the two processes itself (as
+``torchrun`` would; Lightning joins them), and each runs every kind of fit in turn, the order swapping every
+repetition, each fit with its own process group.
+
+Per kind it prints median [min, max] milliseconds per step on rank 0 after warm-up and the final loss and weights, and
+two ratios, each the median over repetitions with min and max: ``loop hpu ÷ loop cpu``, the ratio of the median steps
+of a repetition's two loop fits, what the device costs DeepSpeed (target <= 1.05 on the virtual Gaudi, where both run
+the host's kernels); and ``trainer hpu ÷ loop hpu``, a fit's median of its paired step ratios, what Lightning adds
+(target <= 1.05). The loops on both devices, the Trainer and the loop in lockstep with it end with the same loss and
+weights, bit for bit. Last line ``deepspeed_ratio_max=<float>``, the larger of the two median ratios.
 
     python benchmarks/deepspeed.py [--fast] [--repeats N] [--steps N]
 """
@@ -33,6 +39,8 @@ from _common import (
     fit_groups,
     interleaved,
     launch_pair,
+    lockstep,
+    paired_ratio,
     print_table,
     rank_rows,
     spread,
@@ -90,69 +98,82 @@ def use_accelerator(device: str) -> None:
         set_accelerator(Accelerator())
 
 
+class DeepSpeedLoop:
+    """The loop a DeepSpeed user writes, one step at each call of ``step()``, on the default process group."""
+
+    def __init__(self, device: str, rank: int, steps: int) -> None:
+        import deepspeed
+
+        use_accelerator(device)
+        model = network()
+        config = {
+            "train_micro_batch_size_per_gpu": BATCH,
+            "gradient_accumulation_steps": 1,
+            "bf16": {"enabled": True},
+            "zero_optimization": ZERO_2,
+            "zero_allow_untested_optimizer": True,
+        }
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        self.device = torch.device(device, rank) if device == "hpu" else torch.device("cpu")
+        initialized = deepspeed.initialize(model=model, optimizer=optimizer, config=config, dist_init_required=False)
+        self.engine = initialized[0]
+        self.batches = iter(DataLoader(rank_rows(steps, rank, BATCH, WIDTH, CLASSES, RANKS), batch_size=BATCH))
+        self.loss: Any = None
+
+    def step(self) -> None:
+        inputs, targets = next(self.batches)
+        inputs, targets = inputs.to(self.device, torch.bfloat16), targets.to(self.device)
+        loss = nn.functional.cross_entropy(self.engine(inputs), targets)
+        self.engine.backward(loss)
+        self.engine.step()
+        self.loss = loss.detach()
+
+    def close(self) -> list:
+        """[final loss, weights' fingerprint]."""
+        return [self.loss.float().item(), digest(self.engine.module)]
+
+
 def loop(device: str, steps: int, rank: int) -> dict:
-    """``steps`` steps of a hand-written DeepSpeed loop on ``device``; per-step start times and the final loss."""
+    """``steps`` steps of the loop on its own on ``device``; this rank's step times, final loss and weights."""
     import deepspeed
 
     use_accelerator(device)
     if device == "hpu":
         import habana_frameworks.torch.distributed.hccl  # noqa: F401  (registers the backend)
     deepspeed.init_distributed(dist_backend="hccl" if device == "hpu" else "gloo")
-    model = network()
-    config = {
-        "train_micro_batch_size_per_gpu": BATCH,
-        "gradient_accumulation_steps": 1,
-        "bf16": {"enabled": True},
-        "zero_optimization": ZERO_2,
-        "zero_allow_untested_optimizer": True,
-    }
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    target = torch.device(device, rank) if device == "hpu" else torch.device("cpu")
-    engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, config=config, dist_init_required=False)
-    starts, loss = [], None
-    for inputs, targets in DataLoader(rank_rows(steps, rank, BATCH, WIDTH, CLASSES, RANKS), batch_size=BATCH):
-        starts.append(time.perf_counter())
-        inputs, targets = inputs.to(target, torch.bfloat16), targets.to(target)
-        loss = nn.functional.cross_entropy(engine(inputs), targets)
-        engine.backward(loss)
-        engine.step()
-    result = {"starts": starts, "loss": loss.float().item(), "weights": digest(engine.module)}
+    hand_written, seconds = DeepSpeedLoop(device, rank, steps), []
+    for _ in range(steps):
+        start = time.perf_counter()
+        hand_written.step()
+        seconds.append(time.perf_counter() - start)
+    result = {"ms": [s * 1000 for s in seconds[WARMUP:]], "end": hand_written.close()}
     deepspeed.comm.destroy_process_group()
     return result
-
-
-class Recorder(pl.Callback):
-    """Start time of every training step, and the last loss."""
-
-    def __init__(self) -> None:
-        self.starts: list = []
-        self.loss = float("nan")
-
-    def on_train_batch_start(self, trainer: pl.Trainer, *args: Any) -> None:
-        self.starts.append(time.perf_counter())
-
-    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, *args: Any) -> None:
-        self.loss = outputs["loss"]
 
 
 class Classifier(pl.LightningModule):
     def __init__(self) -> None:
         super().__init__()
         self.network = network()
+        self.last_loss: Any = None
 
     def training_step(self, batch: tuple, batch_idx: int) -> Tensor:
         inputs, targets = batch
-        return nn.functional.cross_entropy(self.network(inputs), targets)
+        loss = nn.functional.cross_entropy(self.network(inputs), targets)
+        self.last_loss = loss.detach()
+        return loss
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return torch.optim.AdamW(self.parameters(), lr=1e-3)
 
 
-def fit(steps: int, rank: int) -> dict:
-    """The same training with ``pl.Trainer`` and ``strategy="hpu_deepspeed_stage_2"``."""
+def fit(steps: int, rank: int, loop_at_end: bool) -> dict:
+    """The same training with ``pl.Trainer`` and ``strategy="hpu_deepspeed_stage_2"``, the HPU loop in lockstep; this
+    rank's paired step times, and the final loss and weights of each."""
     import deepspeed
 
-    recorder = Recorder()
+    model = Classifier()
+    paced = lockstep(lambda: DeepSpeedLoop("hpu", rank, steps), loop_at_end)
     trainer = pl.Trainer(
         accelerator="hpu",
         devices=RANKS,
@@ -160,16 +181,15 @@ def fit(steps: int, rank: int) -> dict:
         precision="bf16-mixed",
         max_steps=steps,
         use_distributed_sampler=False,  # each rank already has its own rows, as in the loop
-        callbacks=[recorder],
+        callbacks=[paced],
         logger=False,
         enable_checkpointing=False,
         enable_progress_bar=False,
         enable_model_summary=False,
     )
-    model = Classifier()
     trainer.fit(model, DataLoader(rank_rows(steps, rank, BATCH, WIDTH, CLASSES, RANKS), batch_size=BATCH))
     deepspeed.comm.destroy_process_group()  # the next fit, possibly of another kind, starts its own group
-    return {"starts": recorder.starts, "loss": recorder.loss.float().item(), "weights": digest(model)}
+    return {**paced.ms(WARMUP), "end": [model.last_loss.float().item(), digest(model)], "loop end": paced.closed}
 
 
 def worker(repeats: int, steps: int) -> None:
@@ -177,12 +197,11 @@ def worker(repeats: int, steps: int) -> None:
     rank, next_fit = int(os.environ["LOCAL_RANK"]), fit_groups()
     warnings.filterwarnings("ignore", ".*does not have many workers.*")
 
-    def measure(kind: str, _: int) -> dict:
+    def measure(kind: str, repeat: int) -> dict:
         next_fit()
-        result = fit(steps, rank) if kind == "trainer hpu" else loop(kind.split()[1], steps, rank)
-        starts = result["starts"][WARMUP:]
-        ms = [(later - earlier) * 1000 for earlier, later in zip(starts, starts[1:])]
-        return {"ms": ms, "loss": result["loss"], "weights": result["weights"]}
+        if kind == "trainer hpu":
+            return fit(steps, rank, loop_at_end=repeat % 2 == 1)
+        return loop(kind.split()[1], steps, rank)
 
     results = interleaved(KINDS, repeats, measure)
     if rank == 0:
@@ -206,22 +225,31 @@ def main() -> None:
         return
 
     results = launch_pair(__file__, ["--repeats", str(repeats), "--steps", str(steps)])
+    trainer_fits = results["trainer hpu"]
+    # (kind, fits, key of its step times, key of its final loss and weights)
+    kinds = [
+        ("loop hpu", results["loop hpu"], "ms", "end"),
+        ("loop cpu", results["loop cpu"], "ms", "end"),
+        ("trainer hpu", trainer_fits, "trainer", "end"),
+        ("loop hpu, in lockstep", trainer_fits, "loop", "loop end"),
+    ]
     rows = []
-    for kind, fits in results.items():
-        ms = [value for result in fits for value in result["ms"]]
-        rows.append([kind, spread(ms), f"{fits[-1]['loss']:.6f}", fits[-1]["weights"]])
-    device_ratios = step_ratios(results, "loop hpu", "loop cpu")
-    lightning_ratios = step_ratios(results, "trainer hpu", "loop hpu")
-    ends = {kind: [(result["loss"], result["weights"]) for result in fits] for kind, fits in results.items()}
+    for kind, fits, times, end in kinds:
+        loss, weights = fits[-1][end]
+        rows.append([kind, spread([value for result in fits for value in result[times]]), f"{loss:.6f}", weights])
     print(
-        f"{RANKS} processes, ZeRO stage 2, bf16, {repeats} fit(s) x {steps} steps per kind, first {WARMUP} steps left"
-        f" out; MLP {WIDTH}x{WIDTH}x{WIDTH}x{CLASSES}, batch {BATCH} per process, AdamW"
+        f"{RANKS} processes, ZeRO stage 2, bf16, {repeats} fit(s) x {steps} steps per kind, the Trainer with the HPU"
+        f" loop in lockstep, first {WARMUP} steps of each fit left out; MLP {WIDTH}x{WIDTH}x{WIDTH}x{CLASSES}, batch"
+        f" {BATCH} per process, AdamW"
     )
     print_table(["kind", "ms/step (rank 0)", "final loss", "weights (sha1)"], rows)
-    device = summarize("loop hpu ÷ loop cpu", device_ratios, DEVICE_TARGET)
-    lightning = summarize("trainer hpu ÷ loop hpu", lightning_ratios, LIGHTNING_TARGET)
-    for first, second in (("loop hpu", "loop cpu"), ("trainer hpu", "loop hpu")):
-        print(f"final losses and weights bitwise equal, {first} and {second}: {_yes(ends[first] == ends[second])}")
+    device = summarize("loop hpu ÷ loop cpu", step_ratios(results, "loop hpu", "loop cpu"), DEVICE_TARGET)
+    lightning = summarize("trainer hpu ÷ loop hpu", [paired_ratio(fit) for fit in trainer_fits], LIGHTNING_TARGET)
+    ends = {kind: [fit[end] for fit in fits] for kind, fits, _, end in kinds}
+    same_device = ends["loop hpu"] == ends["loop cpu"]
+    same_lightning = ends["trainer hpu"] == ends["loop hpu, in lockstep"] == ends["loop hpu"]
+    print(f"final losses and weights bitwise equal, loop hpu and loop cpu: {_yes(same_device)}")
+    print(f"final losses and weights bitwise equal, trainer hpu and loop hpu: {_yes(same_lightning)}")
     print(f"deepspeed_ratio_max={max(device.median, lightning.median):.3f}")
 
 

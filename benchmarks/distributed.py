@@ -31,7 +31,6 @@ The Trainer and the loop must end with the same loss, bit for bit, on both devic
 import json
 import os
 import statistics
-import time
 import warnings
 from argparse import SUPPRESS, ArgumentParser
 from typing import Any, Callable
@@ -41,6 +40,8 @@ from _common import (
     interleaved,
     is_virtual,
     launch_pair,
+    lockstep,
+    paired_ratio,
     print_table,
     rank_rows,
     seeded_mlp,
@@ -115,42 +116,6 @@ class DDPLoop:
         return loss
 
 
-class Lockstep(pl.Callback):
-    """Takes a step of the hand-written loop inside every Trainer step, and times and counts both."""
-
-    def __init__(self, device: str, rank: int, steps: int, loop_at_end: bool) -> None:
-        self.device, self.rank, self.steps, self.loop_at_end = device, rank, steps, loop_at_end
-        self.step_starts: list = []
-        self.step_counters: list = []  # at the start of each Trainer step
-        self.loop_seconds: list = []
-        self.loop_counts: list = []  # what each loop step added to the counters
-        self.loop_loss = float("nan")
-        self.loop: Any = None
-
-    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self.loop = DDPLoop(self.device, self.rank, self.steps)
-
-    def _loop_step(self) -> None:
-        before, start = counters(self.device), time.perf_counter()
-        self.loop.step()
-        self.loop_seconds.append(time.perf_counter() - start)
-        after = counters(self.device)
-        self.loop_counts.append({key: after[key] - before[key] for key in after})
-
-    def on_train_batch_start(self, trainer: pl.Trainer, *args: Any) -> None:
-        self.step_starts.append(time.perf_counter())
-        self.step_counters.append(counters(self.device))
-        if not self.loop_at_end:
-            self._loop_step()
-
-    def on_train_batch_end(self, trainer: pl.Trainer, *args: Any) -> None:
-        if self.loop_at_end:
-            self._loop_step()
-
-    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self.loop_loss = self.loop.close()
-
-
 class Classifier(pl.LightningModule):
     def __init__(self) -> None:
         super().__init__()
@@ -169,14 +134,15 @@ class Classifier(pl.LightningModule):
 
 def fit(device: str, steps: int, rank: int, loop_at_end: bool) -> dict:
     """One fit of the Trainer with the loop in lockstep; this rank's paired step times, counts and final losses."""
-    model, lockstep = Classifier(), Lockstep(device, rank, steps, loop_at_end)
+    model = Classifier()
+    paced = lockstep(lambda: DDPLoop(device, rank, steps), loop_at_end, lambda: counters(device))
     trainer = pl.Trainer(
         accelerator=device,
         devices=RANKS,
         strategy=STRATEGIES[device],
         max_steps=steps,
         use_distributed_sampler=False,  # each rank already has its own rows, as in the loop
-        callbacks=[lockstep],
+        callbacks=[paced],
         logger=False,
         enable_checkpointing=False,
         enable_progress_bar=False,
@@ -185,22 +151,10 @@ def fit(device: str, steps: int, rank: int, loop_at_end: bool) -> dict:
     trainer.fit(model, DataLoader(rank_rows(steps, rank, BATCH, WIDTH, CLASSES, RANKS), batch_size=BATCH))
     backend = dist.get_backend()
     dist.destroy_process_group()  # the next fit, possibly on the other device, starts its own group
-    starts, loop_seconds = lockstep.step_starts, lockstep.loop_seconds
-    trainer_seconds = [later - earlier - inside for earlier, later, inside in zip(starts, starts[1:], loop_seconds)]
-    result = {
-        "trainer": [s * 1000 for s in trainer_seconds[WARMUP:]],
-        "loop": [s * 1000 for s in loop_seconds[WARMUP : len(trainer_seconds)]],
-        "backend": backend,
-        "losses": [model.last_loss.cpu().item(), lockstep.loop_loss],
-    }
-    window = lockstep.step_counters[WARMUP:]
-    if window and window[0]:
-        loop_counts, count = lockstep.loop_counts[WARMUP : len(starts) - 1], len(window) - 1
-        loop = {key: sum(counts[key] for counts in loop_counts) for key in COUNTED}
-        result["per_step"] = {
-            "trainer": {key: (window[-1][key] - window[0][key] - loop[key]) / count for key in COUNTED},
-            "loop": {key: loop[key] / count for key in COUNTED},
-        }
+    result = {**paced.ms(WARMUP), "backend": backend, "losses": [model.last_loss.cpu().item(), paced.closed]}
+    per_step = paced.per_step(WARMUP)
+    if per_step is not None:
+        result["per_step"] = per_step
     return result
 
 
@@ -250,7 +204,7 @@ def main() -> None:
     print_table(header, rows)
     hpu_ratios = []
     for device, fits in results.items():
-        paired = [statistics.median(t / loop for t, loop in zip(fit["trainer"], fit["loop"])) for fit in fits]
+        paired = [paired_ratio(fit) for fit in fits]
         target = LIGHTNING_TARGET if device == "hpu" else None  # the CPU is upstream's own cost: the reference
         ratio = summarize(f"{device}: {STRATEGIES[device]} Trainer ÷ DDP loop", paired, target)
         if device == "hpu":
