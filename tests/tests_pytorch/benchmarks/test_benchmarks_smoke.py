@@ -29,6 +29,7 @@ EXPECTED_HEADLINES = {
     "fp8": "fp8_step_ratio",
     "fsdp": "fsdp_ratio_max",
     "graph_cuts": "host_syncs_per_step_default",
+    "lightning_habana": "lightning_habana_ratio_max",
     "performance_monitor": "monitor_overhead_ratio",
     "real_models": "ratio_max",
     "tiny_ops": "tiny_op_ratio_max",
