@@ -36,6 +36,7 @@ from argparse import SUPPRESS, ArgumentParser
 from typing import Any
 
 from _common import (
+    classifier,
     fit_groups,
     interleaved,
     launch_pair,
@@ -52,7 +53,7 @@ from _common import (
 use_gaudi_or_virtual()
 
 import torch  # noqa: E402
-from torch import Tensor, nn  # noqa: E402
+from torch import nn  # noqa: E402
 from torch.utils.data import DataLoader  # noqa: E402
 
 import pytorch_lightning as pl  # noqa: E402
@@ -151,28 +152,12 @@ def loop(device: str, steps: int, rank: int) -> dict:
     return result
 
 
-class Classifier(pl.LightningModule):
-    def __init__(self) -> None:
-        super().__init__()
-        self.network = network()
-        self.last_loss: Any = None
-
-    def training_step(self, batch: tuple, batch_idx: int) -> Tensor:
-        inputs, targets = batch
-        loss = nn.functional.cross_entropy(self.network(inputs), targets)
-        self.last_loss = loss.detach()
-        return loss
-
-    def configure_optimizers(self) -> torch.optim.Optimizer:
-        return torch.optim.AdamW(self.parameters(), lr=1e-3)
-
-
 def fit(steps: int, rank: int, loop_at_end: bool) -> dict:
     """The same training with ``pl.Trainer`` and ``strategy="hpu_deepspeed_stage_2"``, the HPU loop in lockstep; this
     rank's paired step times, and the final loss and weights of each."""
     import deepspeed
 
-    model = Classifier()
+    model = classifier(pl.LightningModule, network)
     paced = lockstep(lambda: DeepSpeedLoop("hpu", rank, steps), loop_at_end)
     trainer = pl.Trainer(
         accelerator="hpu",

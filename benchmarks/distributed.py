@@ -36,6 +36,7 @@ from argparse import SUPPRESS, ArgumentParser
 from typing import Any, Callable
 
 from _common import (
+    classifier,
     fit_groups,
     interleaved,
     is_virtual,
@@ -56,7 +57,7 @@ os.environ.setdefault("PT_HPU_LAZY_MODE", "1")
 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
-from torch import Tensor, nn  # noqa: E402
+from torch import nn  # noqa: E402
 from torch.utils.data import DataLoader  # noqa: E402
 
 import pytorch_lightning as pl  # noqa: E402
@@ -116,25 +117,9 @@ class DDPLoop:
         return loss
 
 
-class Classifier(pl.LightningModule):
-    def __init__(self) -> None:
-        super().__init__()
-        self.network = seeded_mlp(WIDTH, CLASSES)
-        self.last_loss: Any = None
-
-    def training_step(self, batch: tuple, batch_idx: int) -> Tensor:
-        inputs, targets = batch
-        loss = nn.functional.cross_entropy(self.network(inputs), targets)
-        self.last_loss = loss.detach()
-        return loss
-
-    def configure_optimizers(self) -> torch.optim.Optimizer:
-        return torch.optim.AdamW(self.parameters(), lr=1e-3)
-
-
 def fit(device: str, steps: int, rank: int, loop_at_end: bool) -> dict:
     """One fit of the Trainer with the loop in lockstep; this rank's paired step times, counts and final losses."""
-    model = Classifier()
+    model = classifier(pl.LightningModule, lambda: seeded_mlp(WIDTH, CLASSES))
     paced = lockstep(lambda: DDPLoop(device, rank, steps), loop_at_end, lambda: counters(device))
     trainer = pl.Trainer(
         accelerator=device,

@@ -54,6 +54,7 @@ from _common import (
     HERE,
     MODES,
     SRC,
+    classifier,
     interleaved,
     launch_pair,
     print_table,
@@ -191,26 +192,10 @@ def fit(side: str, steps: int) -> dict:
     import lightning.pytorch as L
     import torch
     import torch.distributed as dist
-    from torch import nn
     from torch.utils.data import DataLoader
 
     warnings.filterwarnings("ignore", ".*does not have many workers.*")
     warnings.filterwarnings("ignore", ".*HPUParallelStrategy will be deprecated.*")
-
-    class Classifier(L.LightningModule):
-        def __init__(self) -> None:
-            super().__init__()
-            self.network = seeded_mlp(WIDTH, CLASSES)
-            self.last_loss: Any = None
-
-        def training_step(self, batch: tuple, batch_idx: int) -> torch.Tensor:
-            inputs, targets = batch
-            loss = nn.functional.cross_entropy(self.network(inputs), targets)
-            self.last_loss = loss.detach()
-            return loss
-
-        def configure_optimizers(self) -> torch.optim.Optimizer:
-            return torch.optim.AdamW(self.parameters(), lr=1e-3)
 
     if side == "ours":
         import pytorch_lightning as pl
@@ -223,7 +208,7 @@ def fit(side: str, steps: int) -> dict:
         strategy = HPUParallelStrategy(parallel_devices=[torch.device("hpu", index) for index in range(RANKS)])
         trainer_class, flags = L.Trainer, {"accelerator": HPUAccelerator(), "strategy": strategy}
     clock, milliseconds = step_clock(WARMUP)
-    model = Classifier()
+    model = classifier(L.LightningModule, lambda: seeded_mlp(WIDTH, CLASSES))
     trainer = trainer_class(
         **flags,
         devices=RANKS,
