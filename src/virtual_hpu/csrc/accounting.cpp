@@ -45,6 +45,11 @@ uint64_t mix(uint64_t value) {
   return value ^ (value >> 31);
 }
 
+// Folds `value` into `digest` with one multiply, a bijection of the digest for each value: tensorDigest runs it per
+// size of every tensor of every lazy-mode op, and countOp mixes the op's whole digest once before summing it into the
+// graph's.
+uint64_t combine(uint64_t digest, uint64_t value) { return (digest ^ value) * 0x100000001b3ULL; }
+
 // Ends the pending graph, as Gaudi does when it compiles and runs it.
 void cutGraph() {
   const int64_t ops = g_ops_since_cut.exchange(0);
@@ -104,9 +109,9 @@ void countOp(uint64_t digest) {
 }
 
 uint64_t tensorDigest(uint64_t seed, const at::Tensor& tensor) {
-  if (!tensor.defined()) return mix(seed);
-  uint64_t digest = mix(seed ^ static_cast<uint64_t>(tensor.scalar_type()));
-  for (const int64_t size : tensor.sizes()) digest = mix(digest ^ static_cast<uint64_t>(size));
+  if (!tensor.defined()) return combine(seed, 0x756e646566ULL);
+  uint64_t digest = combine(combine(seed, static_cast<uint64_t>(tensor.scalar_type())), static_cast<uint64_t>(tensor.dim()));
+  for (const int64_t size : tensor.sizes()) digest = combine(digest, static_cast<uint64_t>(size));
   return digest;
 }
 
