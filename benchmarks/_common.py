@@ -414,6 +414,23 @@ def classifier(base: type, network: Callable[[], Any]) -> Any:
     return Classifier()
 
 
+# Trainer flags that leave a benchmark's steps to the training itself: no logging, checkpoints, bar or summary
+QUIET_TRAINER = {
+    "logger": False,
+    "enable_checkpointing": False,
+    "enable_progress_bar": False,
+    "enable_model_summary": False,
+}
+
+
+def weights_digest(module: Any) -> str:
+    """A fingerprint of the module's weights, equal only when they are equal bit for bit."""
+    import hashlib
+
+    weights = b"".join(p.detach().float().cpu().numpy().tobytes() for p in module.parameters())
+    return hashlib.sha1(weights).hexdigest()[:12]
+
+
 def seeded_mlp(width: int, classes: int) -> Any:
     """The MLP ``width x width x width x classes`` that the step benchmarks train, with the same weights in every
     process. Call it after ``use_gaudi_or_virtual()``."""

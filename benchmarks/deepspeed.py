@@ -27,7 +27,6 @@ weights, bit for bit. Last line ``deepspeed_ratio_max=<float>``, the larger of t
     python benchmarks/deepspeed.py [--fast] [--repeats N] [--steps N]
 """
 
-import hashlib
 import json
 import os
 import time
@@ -36,6 +35,7 @@ from argparse import SUPPRESS, ArgumentParser
 from typing import Any
 
 from _common import (
+    QUIET_TRAINER,
     classifier,
     fit_groups,
     interleaved,
@@ -48,6 +48,7 @@ from _common import (
     step_ratios,
     summarize,
     use_gaudi_or_virtual,
+    weights_digest,
 )
 
 use_gaudi_or_virtual()
@@ -79,12 +80,6 @@ def network() -> nn.Module:
     return nn.Sequential(
         nn.Linear(WIDTH, WIDTH), nn.ReLU(), nn.Linear(WIDTH, WIDTH), nn.ReLU(), nn.Linear(WIDTH, CLASSES)
     )
-
-
-def digest(module: nn.Module) -> str:
-    """A fingerprint of the module's weights, equal only when they are equal bit for bit."""
-    weights = b"".join(p.detach().float().cpu().numpy().tobytes() for p in module.parameters())
-    return hashlib.sha1(weights).hexdigest()[:12]
 
 
 def use_accelerator(device: str) -> None:
@@ -131,7 +126,7 @@ class DeepSpeedLoop:
 
     def close(self) -> list:
         """[final loss, weights' fingerprint]."""
-        return [self.loss.float().item(), digest(self.engine.module)]
+        return [self.loss.float().item(), weights_digest(self.engine.module)]
 
 
 def loop(device: str, steps: int, rank: int) -> dict:
@@ -167,14 +162,15 @@ def fit(steps: int, rank: int, loop_at_end: bool) -> dict:
         max_steps=steps,
         use_distributed_sampler=False,  # each rank already has its own rows, as in the loop
         callbacks=[paced],
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
+        **QUIET_TRAINER,
     )
     trainer.fit(model, DataLoader(rank_rows(steps, rank, BATCH, WIDTH, CLASSES, RANKS), batch_size=BATCH))
     deepspeed.comm.destroy_process_group()  # the next fit, possibly of another kind, starts its own group
-    return {**paced.ms(WARMUP), "end": [model.last_loss.float().item(), digest(model)], "loop end": paced.closed}
+    return {
+        **paced.ms(WARMUP),
+        "end": [model.last_loss.float().item(), weights_digest(model)],
+        "loop end": paced.closed,
+    }
 
 
 def worker(repeats: int, steps: int) -> None:

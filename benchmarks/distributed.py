@@ -36,6 +36,7 @@ from argparse import SUPPRESS, ArgumentParser
 from typing import Any, Callable
 
 from _common import (
+    QUIET_TRAINER,
     classifier,
     fit_groups,
     interleaved,
@@ -128,10 +129,7 @@ def fit(device: str, steps: int, rank: int, loop_at_end: bool) -> dict:
         max_steps=steps,
         use_distributed_sampler=False,  # each rank already has its own rows, as in the loop
         callbacks=[paced],
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
+        **QUIET_TRAINER,
     )
     trainer.fit(model, DataLoader(rank_rows(steps, rank, BATCH, WIDTH, CLASSES, RANKS), batch_size=BATCH))
     backend = dist.get_backend()

@@ -23,7 +23,17 @@ import time
 from argparse import SUPPRESS, ArgumentParser
 from pathlib import Path
 
-from _common import MODES, interleaved, is_virtual, print_table, run_in_mode, spread, summarize, use_gaudi_or_virtual
+from _common import (
+    MODES,
+    QUIET_TRAINER,
+    interleaved,
+    is_virtual,
+    print_table,
+    run_in_mode,
+    spread,
+    summarize,
+    use_gaudi_or_virtual,
+)
 
 use_gaudi_or_virtual()
 WARMUP = 5
@@ -64,10 +74,7 @@ def child(mode: str, steps: int) -> None:
         accelerator="hpu",
         devices=1,
         max_steps=total,
-        enable_progress_bar=False,
-        enable_checkpointing=False,
-        enable_model_summary=False,
-        logger=False,
+        **QUIET_TRAINER,
     )
     compiled = MODES[mode][1]
     trainer.fit(torch.compile(model, backend="hpu_backend") if compiled else model, DataLoader(data, batch_size=64))

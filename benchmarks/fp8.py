@@ -25,6 +25,7 @@ from pathlib import Path
 
 from _common import (
     CHILD_TIMEOUT,
+    QUIET_TRAINER,
     interleaved,
     print_table,
     spread,
@@ -62,10 +63,7 @@ def fit(precision: str, epochs: int) -> dict:
         plugins=[plugin],
         max_epochs=epochs,
         callbacks=[clock],
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
+        **QUIET_TRAINER,
     )
     trainer.fit(model, datamodule=data)
     (metrics,) = trainer.test(model, datamodule=data, verbose=False)

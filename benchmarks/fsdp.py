@@ -34,6 +34,7 @@ from argparse import SUPPRESS, ArgumentParser
 from typing import Any
 
 from _common import (
+    QUIET_TRAINER,
     fit_groups,
     interleaved,
     is_virtual,
@@ -176,10 +177,7 @@ def fit(steps: int, rank: int, probe: Probe) -> float:
         max_steps=steps,
         use_distributed_sampler=False,  # each rank already has its own rows, as in the loop
         callbacks=[recorder],
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
+        **QUIET_TRAINER,
     )
     trainer.fit(Classifier(), DataLoader(rank_rows(steps, rank, BATCH, WIDTH, CLASSES, RANKS), batch_size=BATCH))
     dist.destroy_process_group()  # the next fit, possibly of another kind, starts its own group

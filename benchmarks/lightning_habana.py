@@ -33,7 +33,6 @@ larger median of the two modes.
 """
 
 import fcntl
-import hashlib
 import importlib.abc
 import importlib.machinery
 import importlib.metadata
@@ -53,6 +52,7 @@ from typing import Any, Optional
 from _common import (
     HERE,
     MODES,
+    QUIET_TRAINER,
     SRC,
     classifier,
     interleaved,
@@ -65,6 +65,7 @@ from _common import (
     step_clock,
     summarize,
     use_gaudi_or_virtual,
+    weights_digest,
 )
 
 WIDTH, BATCH, CLASSES, RANKS = 512, 128, 10, 2
@@ -215,16 +216,10 @@ def fit(side: str, steps: int) -> dict:
         max_steps=steps,
         use_distributed_sampler=False,  # each rank already has its own rows
         callbacks=[clock],
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
+        **QUIET_TRAINER,
     )
     trainer.fit(model, DataLoader(rank_rows(steps, rank, BATCH, WIDTH, CLASSES, RANKS), batch_size=BATCH))
     backend = dist.get_backend()
-    weights = hashlib.sha256()
-    for parameter in model.network.parameters():
-        weights.update(parameter.detach().cpu().numpy().tobytes())
     import virtual_hpu._native
 
     # the peer must run without our sources: only the virtual Gaudi's, through the import path it was given
@@ -232,7 +227,7 @@ def fit(side: str, steps: int) -> dict:
     return {
         "ms": milliseconds(),
         "loss": model.last_loss.cpu().item(),
-        "weights": weights.hexdigest()[:12],
+        "weights": weights_digest(model.network),
         "lightning": L.__version__,
         "strategy": f"{type(trainer.strategy).__module__}.{type(trainer.strategy).__name__}",
         "backend": backend,

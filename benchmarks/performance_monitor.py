@@ -14,7 +14,16 @@ import warnings
 from argparse import ArgumentParser
 from pathlib import Path
 
-from _common import interleaved, print_table, spread, step_clock, step_ratios, summarize, use_gaudi_or_virtual
+from _common import (
+    QUIET_TRAINER,
+    interleaved,
+    print_table,
+    spread,
+    step_clock,
+    step_ratios,
+    summarize,
+    use_gaudi_or_virtual,
+)
 
 use_gaudi_or_virtual()
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples" / "pytorch"))
@@ -40,10 +49,7 @@ def fit(kind: str, epochs: int) -> dict:
         devices=1,
         max_epochs=epochs,
         callbacks=[clock, monitor] if kind != "without" else [clock],
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
+        **QUIET_TRAINER,
     )
     model = DigitsClassifier()
     runner = model if HPUAccelerator.is_lazy() else torch.compile(model, backend="hpu_backend")

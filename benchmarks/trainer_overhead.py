@@ -30,7 +30,7 @@ from argparse import ArgumentParser
 from collections.abc import Iterator
 from contextlib import nullcontext
 
-from _common import interleaved, print_table, seeded_mlp, spread, summarize, use_gaudi_or_virtual
+from _common import QUIET_TRAINER, interleaved, print_table, seeded_mlp, spread, summarize, use_gaudi_or_virtual
 
 use_gaudi_or_virtual()
 
@@ -139,10 +139,7 @@ def run(device: str, precision: str, steps: int, loop_at_end: bool) -> dict:
         precision=precision,
         max_steps=steps,
         callbacks=[lockstep],
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
+        **QUIET_TRAINER,
     )
     start = time.perf_counter()
     trainer.fit(model, DataLoader(data, batch_size=BATCH))
