@@ -76,6 +76,7 @@ template <c10::DeviceIndex kIndex>
 void releaseAdopted(void* context) {
   auto* cpu = static_cast<c10::StorageImpl*>(context);
   recordFree(kIndex, cpu->nbytes(), const_cast<void*>(cpu->data()));
+  recordSystemFree(kIndex, cpu->nbytes());
   c10::raw::intrusive_ptr::decref(cpu);
 }
 
@@ -93,7 +94,13 @@ c10::Storage adoptStorage(const c10::Storage& cpu, c10::DeviceIndex index) {
   c10::DataPtr data(nullptr, device);
   if (nbytes != 0) {
     void* ptr = cpu.mutable_data();
-    recordAlloc(index, nbytes, ptr);
+    recordSystemAlloc(index, nbytes);
+    try {
+      recordAlloc(index, nbytes, ptr);
+    } catch (...) {
+      recordSystemFree(index, nbytes);
+      throw;
+    }
     c10::StorageImpl* held = cpu.unsafeGetStorageImpl();
     c10::raw::intrusive_ptr::incref(held);
     data = c10::DataPtr(ptr, held, kReleaseAdopted[index], device);

@@ -12,20 +12,28 @@
 #include <cstdio>
 #include <map>
 #include <mutex>
+#include <pthread.h>
 #include <string>
+#include <unordered_map>
+#include <vector>
 
 namespace virtual_hpu {
 namespace {
 
-// The fields behind Gaudi's memory_stats(); without a pool every allocation is a system allocation. Atomics, not a
+// The fields behind Gaudi's memory_stats(), plus the bytes held from the host (memory_reserved). Atomics, not a
 // lock: every op result is booked here.
 struct MemoryStats {
   std::atomic<int64_t> limit{0};
   std::atomic<int64_t> in_use{0};
   std::atomic<int64_t> max_in_use{0};
+  std::atomic<int64_t> peak_in_use{0};  // max_in_use without resets: the bound of the pool
   std::atomic<int64_t> num_allocs{0};
   std::atomic<int64_t> num_frees{0};
   std::atomic<int64_t> max_alloc_size{0};
+  std::atomic<int64_t> system_allocs{0};
+  std::atomic<int64_t> system_frees{0};
+  std::atomic<int64_t> reserved{0};
+  std::atomic<int64_t> max_reserved{0};
 };
 
 void raiseTo(std::atomic<int64_t>& maximum, int64_t value) {
@@ -36,12 +44,69 @@ void raiseTo(std::atomic<int64_t>& maximum, int64_t value) {
 
 std::array<MemoryStats, kMaxDevices> g_stats;
 
-// Room in front of each block for its size and device, keeping the data 64-byte aligned.
+// Room in front of each block for its sizes and device, keeping the data 64-byte aligned.
 constexpr size_t kHeader = 64;
 struct BlockHeader {
-  size_t nbytes;
+  size_t nbytes;    // booked as in use
+  size_t capacity;  // held from the host; 0 for a block too small to pool
   c10::DeviceIndex index;
 };
+
+// Blocks from this size up are pooled: freed, they wait in their device's pool for a request of their size class, as
+// a device allocator keeps its memory. The host's allocator would hand such blocks back to the system at once (or on
+// trimming) and fault their pages in again at the next step, the same tensors at every step of a training loop.
+constexpr size_t kPooledMin = size_t{64} << 10;
+
+// Size classes an eighth of a power of two apart: a block serves requests up to 1/8 smaller than it.
+size_t sizeClass(size_t nbytes) {
+  const size_t step = (size_t{1} << (63 - __builtin_clzll(nbytes))) / 8;
+  return (nbytes + step - 1) / step * step;
+}
+
+// One device's free pooled blocks by capacity. It holds at most as many bytes as the device ever had in use, so a
+// device never reserves more than twice its peak; blocks beyond that go back to the host.
+class Pool {
+ public:
+  void* take(size_t capacity) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto free = blocks_.find(capacity);
+    if (free == blocks_.end() || free->second.empty()) return nullptr;
+    void* base = free->second.back();
+    free->second.pop_back();
+    held_ -= capacity;
+    return base;
+  }
+
+  bool keep(void* base, size_t capacity, int64_t bound) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (static_cast<int64_t>(held_ + capacity) > bound) return false;
+    blocks_[capacity].push_back(base);
+    held_ += capacity;
+    return true;
+  }
+
+  // A fork while another thread holds the lock would leave it held forever in the child.
+  void lock() { mutex_.lock(); }
+  void unlock() { mutex_.unlock(); }
+
+ private:
+  std::mutex mutex_;
+  std::unordered_map<size_t, std::vector<void*>> blocks_;
+  size_t held_ = 0;
+};
+
+std::array<Pool, kMaxDevices> g_pools;
+
+[[maybe_unused]] const int g_fork_guard = pthread_atfork(
+    [] {
+      for (Pool& pool : g_pools) pool.lock();
+    },
+    [] {
+      for (Pool& pool : g_pools) pool.unlock();
+    },
+    [] {
+      for (Pool& pool : g_pools) pool.unlock();
+    });
 
 std::string mib(int64_t bytes) {
   char text[32];
@@ -51,7 +116,12 @@ std::string mib(int64_t bytes) {
 
 void freeBlock(void* base) {
   auto* header = static_cast<BlockHeader*>(base);
-  recordFree(header->index, header->nbytes, static_cast<char*>(base) + kHeader);
+  const c10::DeviceIndex index = header->index;
+  recordFree(index, header->nbytes, static_cast<char*>(base) + kHeader);
+  const size_t capacity = header->capacity;
+  if (capacity != 0 && g_pools[index].keep(base, capacity, g_stats[index].peak_in_use.load(std::memory_order_relaxed)))
+    return;
+  recordSystemFree(index, capacity != 0 ? capacity : header->nbytes);
   c10::free_cpu(base);
 }
 
@@ -62,15 +132,21 @@ class HpuAllocator final : public c10::Allocator {
   c10::DataPtr allocate(size_t nbytes) override {
     c10::Device device(c10::DeviceType::HPU, index_);
     if (nbytes == 0) return {nullptr, nullptr, nullptr, device};
-    void* base = c10::alloc_cpu(nbytes + kHeader);
+    const size_t capacity = nbytes >= kPooledMin ? sizeClass(nbytes) : 0;
+    void* base = capacity != 0 ? g_pools[index_].take(capacity) : nullptr;
+    if (base == nullptr) {
+      const size_t held = capacity != 0 ? capacity : nbytes;
+      base = c10::alloc_cpu(held + kHeader);
+      recordSystemAlloc(index_, held);
+    }
+    *static_cast<BlockHeader*>(base) = {nbytes, capacity, index_};
     void* data = static_cast<char*>(base) + kHeader;
     try {
       recordAlloc(index_, nbytes, data);
     } catch (...) {
-      c10::free_cpu(base);
+      freeUnbooked(base);
       throw;
     }
-    *static_cast<BlockHeader*>(base) = {nbytes, index_};
     return {data, base, &freeBlock, device};
   }
 
@@ -81,6 +157,13 @@ class HpuAllocator final : public c10::Allocator {
   }
 
  private:
+  // A block the device refused to book (over its limit) goes back to the host, not to the pool.
+  static void freeUnbooked(void* base) {
+    const auto* header = static_cast<BlockHeader*>(base);
+    recordSystemFree(header->index, header->capacity != 0 ? header->capacity : header->nbytes);
+    c10::free_cpu(base);
+  }
+
   c10::DeviceIndex index_ = 0;
 };
 
@@ -142,18 +225,26 @@ MemoryStats& statsFor(int64_t index) {
   return g_stats[index];
 }
 
-// Order of the values matches MEMORY_STATS_KEYS in virtual_hpu/_native.py.
+// Order of the values matches MEMORY_STATS_KEYS in habana_frameworks/torch/hpu/memory.py.
 std::vector<int64_t> memoryStats(int64_t index) {
   MemoryStats& s = statsFor(index);
   const int64_t allocs = s.num_allocs.load(), frees = s.num_frees.load();
+  const int64_t system_allocs = s.system_allocs.load(), system_frees = s.system_frees.load();
   return {s.limit.load(), s.in_use.load(), s.max_in_use.load(), allocs, frees, allocs - frees,
-          s.max_alloc_size.load(), allocs, frees, allocs - frees};
+          s.max_alloc_size.load(), system_allocs, system_frees, system_allocs - system_frees};
+}
+
+// Bytes the device holds from the host (in use, and free in its pool), and their peak.
+std::vector<int64_t> memoryReserved(int64_t index) {
+  MemoryStats& s = statsFor(index);
+  return {s.reserved.load(), s.max_reserved.load()};
 }
 
 void resetPeakStats(int64_t index) {
   MemoryStats& s = statsFor(index);
   s.max_in_use = s.in_use.load();
   s.max_alloc_size = 0;
+  s.max_reserved = s.reserved.load();
 }
 
 void setMemoryLimit(int64_t index, int64_t limit_bytes) {
@@ -164,6 +255,7 @@ void setMemoryLimit(int64_t index, int64_t limit_bytes) {
 
 TORCH_LIBRARY_FRAGMENT(virtual_hpu, m) {
   m.def("memory_stats(int device) -> int[]", &memoryStats);
+  m.def("memory_reserved(int device) -> int[]", &memoryReserved);
   m.def("reset_peak_memory_stats(int device) -> ()", &resetPeakStats);
   m.def("set_memory_limit(int device, int limit_bytes) -> ()", &setMemoryLimit);
 }
@@ -197,9 +289,10 @@ void recordAlloc(c10::DeviceIndex index, size_t nbytes, void* ptr) {
                      " MiB limit (VIRTUAL_HPU_MEMORY_MB)");
   }
   raiseTo(s.max_in_use, in_use);
+  raiseTo(s.peak_in_use, in_use);
   raiseTo(s.max_alloc_size, size);
   s.num_allocs.fetch_add(1, std::memory_order_relaxed);
-  c10::reportMemoryUsageToProfiler(ptr, size, in_use, in_use, device);
+  c10::reportMemoryUsageToProfiler(ptr, size, in_use, s.reserved.load(std::memory_order_relaxed), device);
 }
 
 void recordFree(c10::DeviceIndex index, size_t nbytes, void* ptr) {
@@ -207,7 +300,21 @@ void recordFree(c10::DeviceIndex index, size_t nbytes, void* ptr) {
   const auto size = static_cast<int64_t>(nbytes);
   const int64_t in_use = s.in_use.fetch_sub(size, std::memory_order_relaxed) - size;
   s.num_frees.fetch_add(1, std::memory_order_relaxed);
-  c10::reportMemoryUsageToProfiler(ptr, -size, in_use, in_use, c10::Device(c10::DeviceType::HPU, index));
+  c10::reportMemoryUsageToProfiler(ptr, -size, in_use, s.reserved.load(std::memory_order_relaxed),
+                                   c10::Device(c10::DeviceType::HPU, index));
+}
+
+void recordSystemAlloc(c10::DeviceIndex index, size_t nbytes) {
+  MemoryStats& s = g_stats[index];
+  const auto size = static_cast<int64_t>(nbytes);
+  raiseTo(s.max_reserved, s.reserved.fetch_add(size, std::memory_order_relaxed) + size);
+  s.system_allocs.fetch_add(1, std::memory_order_relaxed);
+}
+
+void recordSystemFree(c10::DeviceIndex index, size_t nbytes) {
+  MemoryStats& s = g_stats[index];
+  s.reserved.fetch_sub(static_cast<int64_t>(nbytes), std::memory_order_relaxed);
+  s.system_frees.fetch_add(1, std::memory_order_relaxed);
 }
 
 }  // namespace virtual_hpu

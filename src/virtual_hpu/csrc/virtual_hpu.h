@@ -28,6 +28,9 @@ c10::Allocator* allocatorFor(c10::DeviceIndex index);
 // Books `nbytes` at `index` (raises torch.OutOfMemoryError over the limit).
 void recordAlloc(c10::DeviceIndex index, size_t nbytes, void* ptr);
 void recordFree(c10::DeviceIndex index, size_t nbytes, void* ptr);
+// Books `nbytes` taken from (handed back to) the host for `index`: what it reserves, and its system allocations.
+void recordSystemAlloc(c10::DeviceIndex index, size_t nbytes);
+void recordSystemFree(c10::DeviceIndex index, size_t nbytes);
 // Host memory for `pin_memory()` (not counted as device memory), and whether `ptr` lies in such memory.
 c10::Allocator* pinnedAllocator();
 bool isPinned(const void* ptr);

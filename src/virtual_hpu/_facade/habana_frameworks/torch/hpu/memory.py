@@ -1,6 +1,8 @@
 """Memory statistics of the virtual devices, with the keys and meaning of Gaudi's ``memory_stats``.
 
-Memory is host memory counted per device; there is no caching pool, so "reserved" equals "allocated".
+Memory is host memory counted per device. As on a Gaudi, the device allocator keeps freed blocks (of 64 KiB and more)
+for reuse: ``memory_reserved`` counts what it holds from the host, in use or pooled, ``memory_allocated`` only what is
+in use; ``TotalSystemAllocs`` counts the blocks it took from the host, ``NumAllocs`` every allocation.
 """
 
 from typing import Any
@@ -47,8 +49,16 @@ def reset_max_memory_allocated(device: Any = None) -> None:
     reset_peak_memory_stats(device)
 
 
-memory_reserved = memory_cached = memory_allocated
-max_memory_reserved = max_memory_cached = max_memory_allocated
+def memory_reserved(device: Any = None) -> int:
+    return torch.ops.virtual_hpu.memory_reserved(_index(device))[0]
+
+
+def max_memory_reserved(device: Any = None) -> int:
+    return torch.ops.virtual_hpu.memory_reserved(_index(device))[1]
+
+
+memory_cached = memory_reserved
+max_memory_cached = max_memory_reserved
 
 
 def mem_get_info(device: Any = None) -> tuple[int, int]:
