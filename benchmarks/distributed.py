@@ -8,7 +8,7 @@ batch) twice at once, in lockstep:
   ``strategy="ddp"`` over gloo (upstream's own cost, the reference);
 - with the loop a DDP user writes (``DistributedDataParallel(model)``, ``loss.backward()``, ``optimizer.step()``,
   ``mark_step()`` after each in lazy mode) on the same device, over a process group of its own, with no per-step check
-  of any kind (the Trainer agrees across ranks on ``SIGTERM`` in every step).
+  of any kind (the Trainer agrees across ranks on ``SIGTERM`` every few steps, without waiting).
 
 Timed in lockstep, because machines are noisy and a 2-process step waits for the slower rank: a callback takes one step
 of the loop inside every Trainer step (at its start in even repetitions, at its end in odd ones), so every Trainer step

@@ -4,27 +4,40 @@ Upstream's training loop broadcasts a flag tensor on the root device at the star
 back with ``.item()`` (``_TrainingEpochLoop._broadcast_sigterm_tensor``); its SIGTERM handler broadcasts one too. On
 Gaudi that read makes the host wait for the device to finish the previous step before it can record the next one, at
 every step on every rank. A SIGTERM flag is host state: HPU strategies agree on it over a CPU (gloo) process group of
-their own instead, without waiting for that exchange either. Our ``Trainer`` uses the loop and signal connector below,
-which do so whenever the strategy has a :class:`SigtermAgreement`, and leave upstream's behaviour unchanged otherwise.
+their own instead, without waiting for that exchange either, and only every few steps. Our ``Trainer`` uses the loop
+and signal connector below, which do so whenever the strategy has a :class:`SigtermAgreement`, and leave upstream's
+behaviour unchanged otherwise.
 
-A SIGTERM is noted, not acted on, where it arrives. At the start of each training step every rank starts an exchange of
-its flag and collects the one the ranks started at the previous step; if any rank had noted a SIGTERM before that one,
-all of them set ``trainer.received_sigterm`` and raise upstream's ``SIGTERMException`` at that same step. (Acting on it
-at once, as upstream's checks at the end of a step do, would stop the receiving rank alone and leave the others waiting
-in the next collective.)
+A SIGTERM is noted, not acted on, where it arrives. At the start of the first training step every rank starts an
+exchange of its flag; each exchange is collected ``N`` steps after it started, at the start of the step where the next
+one starts. If any rank had noted a SIGTERM when the collected one started, all of them set
+``trainer.received_sigterm`` and raise upstream's ``SIGTERMException`` at that same step. (Acting on it at once, as
+upstream's checks at the end of a step do, would stop the receiving rank alone and leave the others waiting in the next
+collective.) ``N`` is agreed in the exchanges themselves: each rank proposes enough steps for exchanges to start at
+least ``_PERIOD`` (50 ms) apart, by its own timing of the steps since the previous exchange, but at most
+``_MAX_INTERVAL`` (16). The largest proposal comes back with the flag, the same on every rank, and is the number of
+steps after which the exchange started at that step is collected. ``N`` is 1 until measured, and whenever steps take
+longer than 50 ms.
 
-Reaction time: one training step more than a blocking exchange. A SIGTERM that arrives during step ``k`` stops every
-rank at the start of step ``k + 2`` (a blocking exchange would stop them at ``k + 1``); in exchange no step waits for
-the other ranks or for the exchange.
-A SIGTERM that arrives during the last two steps of a fit does not stop it: the fit ends as planned, and only the
-receiving rank reports ``received_sigterm``.
+Reaction time: a SIGTERM that arrives during step ``k`` is noted at the start of step ``k + 1`` and sent with the first
+exchange that starts then or later; every rank stops at the collection of that exchange, within two intervals: at the
+start of step ``k + N1 + N2`` at the latest, ``N1`` the interval in which it is noted and ``N2`` the next (at most 16
+each). With steps of a steady duration ``t`` an interval lasts under ``50 ms + t``, so every rank stops less than
+``2 * (50 ms + t)`` after the signal; with steps longer than 50 ms, ``N`` is 1 and they stop at the start of step
+``k + 2`` (a blocking exchange at every step would stop them at ``k + 1``). Intervals follow a change in step time
+two exchanges late: right after steps slow down, the bound in steps holds, not the one in time. In exchange no step
+waits for the other ranks or for an exchange, and the steps between exchanges do nothing but count.
+A SIGTERM that arrives too late in a fit for its exchange to be collected by the last step (at most in its last two
+intervals) does not stop it: the fit ends as planned, and only the receiving rank reports ``received_sigterm``.
 """
 
 import contextlib
 import logging
+import math
+import time
 from datetime import timedelta
 from types import FrameType
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 import torch.distributed as dist
@@ -45,47 +58,76 @@ OVERRIDDEN_UPSTREAM_HOOKS = (
 
 # how long ``SigtermAgreement.close`` waits for an exchange still in flight (normally none, or one long finished)
 _LAST_EXCHANGE_TIMEOUT = timedelta(seconds=5)
+# the least time between the starts of two exchanges: launching one costs the host 0.1-0.15 ms, under 0.3 % of 50 ms,
+# and a SIGTERM still stops the ranks within a fraction of a second, where schedulers grant tens before a SIGKILL
+_PERIOD = 0.05  # seconds
+# the most calls between two exchanges: it bounds the reaction, in steps, when steps slow down after they were timed;
+# exchanges come more often than ``_PERIOD`` only with steps under 3 ms, where one costs under 0.01 ms per step
+_MAX_INTERVAL = 16
+
+
+def _proposed_interval(seconds_per_call: float) -> int:
+    """Enough calls for exchanges to start at least ``_PERIOD`` apart, at most ``_MAX_INTERVAL``."""
+    if seconds_per_call * _MAX_INTERVAL <= _PERIOD:
+        return _MAX_INTERVAL
+    return math.ceil(_PERIOD / seconds_per_call)
 
 
 class SigtermAgreement:
     """The ranks' agreement on SIGTERM, over a gloo process group created (collectively) with the main one.
 
-    Each call starts an all-reduce of a CPU integer without waiting for it, and returns the result of the one the
-    previous call started. That one has normally finished long before: the ranks have met in the step's gradient
-    collectives since, and gloo exchanges the integer on a thread of its own. So no rank waits, for its device or for
-    the other ranks, and every rank gets the same answer at the same call, one call later than a blocking all-reduce
-    would give it.
+    Every ``N`` calls it collects the all-reduce (MAX) of two CPU integers it started ``N`` calls before, each rank's
+    flag and proposed ``N``, and starts the next one without waiting for it; the calls in between only count. The one
+    it collects has normally finished long before: the ranks have met in the steps' gradient collectives since, and
+    gloo exchanges the integers on a thread of its own. So no rank waits, for its device or for the other ranks, and
+    every rank gets the same answer and the same ``N`` at the same call. ``N`` starts at 1; each rank proposes it from
+    its ``clock`` (see the module's docstring).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
         # the group carries CPU tensors only, but must name a backend for the HPU too: a group created while the main
         # one is bound to an HPU (``init_process_group(device_id=...)``, as Lightning does) is bound to it as well
         self.group = dist.new_group(backend="cpu:gloo,hpu:gloo")
         # torch names no default backend for a group of "device:backend" pairs when a backend plugin ("hccl") is
         # registered, and warns "No backend of type 0 found" when the group is destroyed
         self.group._set_default_backend(dist.ProcessGroup.BackendType.GLOO)
-        self._flag = torch.zeros(1, dtype=torch.int32)
-        self._in_flight: Optional[dist.Work] = None
+        self._clock = clock
+        # the exchange started last and not collected yet, and its tensor: [flag, proposed interval]
+        self._in_flight: Optional[tuple[dist.Work, torch.Tensor]] = None
+        self._interval = 1  # calls from the start of the last exchange to the next
+        self._calls_left = 1  # until the next exchange
+        self._started_at: Optional[float] = None  # by ``clock``, the last exchange
 
     def any_rank(self, noted: bool) -> bool:
-        """Whether any rank passed ``noted=True`` to the previous call (``False`` at the first); every rank must call
-        it, at the same points. After it returned ``True`` nothing is left in flight: the ranks are expected to stop."""
-        agreed = False
+        """Whether any rank passed ``noted=True`` to the call that started the exchange this call collects. Only the
+        calls that start one read ``noted``: once ``True``, it must stay so. Every rank must call it, at the same
+        points, and gets ``True`` at the same call; after that nothing is left in flight: the ranks are expected to
+        stop."""
+        self._calls_left -= 1
+        if self._calls_left > 0:
+            return False
+        calls = self._interval  # since the last exchange started
         if self._in_flight is not None:
-            self._in_flight.wait()
+            work, exchanged = self._in_flight
+            work.wait()
             self._in_flight = None
-            agreed = bool(self._flag.item())
-        if not agreed:
-            self._flag.fill_(int(noted))
-            self._in_flight = dist.all_reduce(self._flag, op=dist.ReduceOp.MAX, group=self.group, async_op=True)
-        return agreed
+            agreed, self._interval = exchanged.tolist()
+            if agreed:
+                return True
+        now = self._clock()
+        proposed = 1 if self._started_at is None else _proposed_interval((now - self._started_at) / calls)
+        self._started_at = now
+        exchanged = torch.tensor([int(noted), proposed])
+        self._in_flight = dist.all_reduce(exchanged, op=dist.ReduceOp.MAX, group=self.group, async_op=True), exchanged
+        self._calls_left = self._interval
+        return False
 
     def close(self) -> None:
         if self._in_flight is not None:
             # the last exchange has finished unless a rank failed before starting it: then give up on it after a
             # while (destroying the group abandons it) rather than hold up this rank's teardown
             with contextlib.suppress(RuntimeError):
-                self._in_flight.wait(timeout=_LAST_EXCHANGE_TIMEOUT)
+                self._in_flight[0].wait(timeout=_LAST_EXCHANGE_TIMEOUT)
             self._in_flight = None
         dist.destroy_process_group(self.group)
 

@@ -2,8 +2,9 @@
 upstream's ``SIGTERMException`` (a ``SystemExit()``: the launcher exits with code 0).
 
 The ranks agree on the signal over a CPU process group (``strategies/_sigterm.py``): an exchange started at the start of
-each step and collected at the start of the next, so they stop one step later than a blocking exchange would, still at
-the same step. Upstream's broadcast of a device tensor read back each step hangs the run on a SIGTERM to rank 1 alone.
+a step and collected a few steps later, when the next one starts, so they stop later than a blocking exchange would,
+still at the same step. Upstream's broadcast of a device tensor read back each step hangs the run on a SIGTERM to rank 1
+alone.
 """
 
 import os
