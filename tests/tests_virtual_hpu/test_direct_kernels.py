@@ -97,6 +97,46 @@ def test_out_of_place_results_have_the_cpu_results_layout_and_dtype(name, layout
     torch.testing.assert_close(result.cpu(), expected, rtol=0, atol=0)
 
 
+# Matmuls, reductions and softmaxes, whose CPU kernel also writes a dense result straight into device memory; each on a
+# (2, 128, 128) float32 tensor, with a result of 64 KiB or more.
+DENSE = {
+    "mm": lambda x: x[0] @ x[1],
+    "addmm": lambda x: torch.addmm(x[0], x[1], x[0], beta=0.5),
+    "bmm": lambda x: torch.bmm(x, x),
+    "baddbmm": lambda x: torch.baddbmm(x, x, x, alpha=2),
+    "sum": lambda x: x.sum(0),
+    "mean": lambda x: x.mean(0, keepdim=True),
+    "softmax": lambda x: x.softmax(2),
+    "log_softmax": lambda x: x.log_softmax(1),
+}
+
+
+@pytest.mark.parametrize("transposed", [False, True], ids=["contiguous", "transposed"])
+@pytest.mark.parametrize("name", sorted(DENSE))
+def test_dense_results_have_the_cpu_results_layout_and_values(name, transposed):
+    x = torch.randn(2, 128, 128, generator=torch.Generator().manual_seed(0))
+    x = x.transpose(1, 2) if transposed else x
+    expected, result = DENSE[name](x), DENSE[name](x.to("hpu"))
+    assert result.device.type == "hpu"
+    assert (result.shape, result.stride(), result.dtype) == (expected.shape, expected.stride(), expected.dtype)
+    torch.testing.assert_close(result.cpu(), expected, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("name", sorted(DENSE))
+def test_dense_results_come_from_the_device_pool(name):
+    x = torch.randn(2, 128, 128, device="hpu")
+    DENSE[name](x)  # from now on a freed block of the result's size waits in the pool
+    before = hthpu.memory_stats()
+    for _ in range(3):
+        result = DENSE[name](x)
+        assert result.untyped_storage().nbytes() >= 64 * 2**10
+        del result
+    after = hthpu.memory_stats()
+    # a CPU result adopted as device memory would be a new block from the host at every call
+    assert after["TotalSystemAllocs"] == before["TotalSystemAllocs"]
+    assert after["NumAllocs"] >= before["NumAllocs"] + 3
+
+
 def test_an_out_of_place_result_is_device_memory_of_its_own():
     a, b = torch.ones(256, device="hpu"), torch.full((256,), 2.0, device="hpu")
     hthpu.synchronize()

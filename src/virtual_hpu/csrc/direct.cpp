@@ -4,17 +4,25 @@
 #include "virtual_hpu.h"
 
 #include <ATen/EmptyTensor.h>
+#include <ATen/TensorIterator.h>
+#include <ATen/ops/_log_softmax_backward_data_native.h>
 #include <ATen/ops/_log_softmax_backward_data_ops.h>
+#include <ATen/ops/_log_softmax_native.h>
 #include <ATen/ops/_log_softmax_ops.h>
+#include <ATen/ops/_softmax_backward_data_native.h>
 #include <ATen/ops/_softmax_backward_data_ops.h>
+#include <ATen/ops/_softmax_native.h>
 #include <ATen/ops/_softmax_ops.h>
 #include <ATen/ops/abs_ops.h>
 #include <ATen/ops/add_native.h>
 #include <ATen/ops/add_ops.h>
 #include <ATen/ops/addcdiv_ops.h>
 #include <ATen/ops/addcmul_ops.h>
+#include <ATen/ops/addmm_native.h>
 #include <ATen/ops/addmm_ops.h>
+#include <ATen/ops/baddbmm_native.h>
 #include <ATen/ops/baddbmm_ops.h>
+#include <ATen/ops/bmm_native.h>
 #include <ATen/ops/bmm_ops.h>
 #include <ATen/ops/clamp_ops.h>
 #include <ATen/ops/div_native.h>
@@ -29,7 +37,9 @@
 #include <ATen/ops/lerp_ops.h>
 #include <ATen/ops/maximum_native.h>
 #include <ATen/ops/maximum_ops.h>
+#include <ATen/ops/mean_native.h>
 #include <ATen/ops/mean_ops.h>
+#include <ATen/ops/mm_native.h>
 #include <ATen/ops/mm_ops.h>
 #include <ATen/ops/mul_native.h>
 #include <ATen/ops/mul_ops.h>
@@ -56,6 +66,7 @@
 #include <ATen/ops/sqrt_ops.h>
 #include <ATen/ops/sub_native.h>
 #include <ATen/ops/sub_ops.h>
+#include <ATen/ops/sum_native.h>
 #include <ATen/ops/sum_ops.h>
 #include <ATen/ops/tanh_backward_native.h>
 #include <ATen/ops/tanh_backward_ops.h>
@@ -151,7 +162,7 @@ Result toHpu(Arguments& arguments, Result&& result) {
 
 // Torch's structured CPU kernel for an op (its meta and impl halves, `Native`), with the output allocated on the device
 // and handed to the kernel as a CPU alias: the result needs no CPU allocation of its own to adopt, which is most of
-// what an out-of-place op costs beyond the CPU's. For kernels that take an output of any strides (TensorIterator's).
+// what an out-of-place op costs beyond the CPU's, and comes from the device's pool.
 template <class Native>
 class DeviceOutput final : public Native {
  public:
@@ -159,8 +170,26 @@ class DeviceOutput final : public Native {
 
   const at::Tensor& maybe_get_output(int64_t /*index*/) override { return cpu_; }
 
+  // Kernels that take an output of any strides: TensorIterator's, which must also see it, and reductions, matmuls and
+  // softmaxes, which ask for a dense one (no strides).
   void set_output_raw_strided(int64_t index, c10::IntArrayRef sizes, c10::IntArrayRef strides,
                               c10::TensorOptions options) override {
+    allocate(sizes, strides, options);
+    if constexpr (std::is_base_of_v<at::TensorIteratorBase, Native>)
+      Native::set_output_raw_strided(index, sizes, strides, options);
+  }
+
+  // Kernels that need these very strides.
+  void set_output_strided(int64_t /*index*/, c10::IntArrayRef sizes, c10::IntArrayRef strides,
+                          c10::TensorOptions options) override {
+    allocate(sizes, strides, options);
+  }
+
+  const at::Tensor& cpu() const { return cpu_; }
+  at::Tensor take() { return std::move(hpu_); }
+
+ private:
+  void allocate(c10::IntArrayRef sizes, c10::IntArrayRef strides, c10::TensorOptions options) {
     const c10::ScalarType dtype = options.dtype().toScalarType();
     checkDtype(dtype);
     c10::Allocator* allocator = allocatorFor(arguments_.device());
@@ -170,13 +199,8 @@ class DeviceOutput final : public Native {
                            : at::detail::empty_strided_generic(sizes, strides, allocator, keys, dtype);
     // written: float64 values are rounded as Gaudi stores them once the kernel is done
     cpu_ = arguments_.aliases().toCpu(c10::MaybeOwned<at::Tensor>::borrowed(hpu_), /*written=*/true);
-    Native::set_output_raw_strided(index, sizes, strides, options);
   }
 
-  const at::Tensor& cpu() const { return cpu_; }
-  at::Tensor take() { return std::move(hpu_); }
-
- private:
   Arguments& arguments_;
   at::Tensor hpu_;
   at::Tensor cpu_;
@@ -211,14 +235,18 @@ struct Direct<Op, Native, kMatmul, Result(Args...)> {
       std::apply([&](auto&... each) { Op::redispatch(keys, each...); }, cpu);
       arguments.aliases().finishWrites();
       return written(args...);
-    } else if constexpr (!std::is_void_v<Native>) {
-      // the aliases (inside `arguments`) borrow the output, so `kernel` is declared after them and dies first
-      DeviceOutput<Native> kernel(arguments);
-      std::apply([&](auto&... each) { kernel.meta(each...); }, cpu);
-      std::apply([&](auto&... each) { kernel.impl(each..., kernel.cpu()); }, cpu);
-      arguments.aliases().finishWrites();
-      return kernel.take();
     } else {
+      if constexpr (!std::is_void_v<Native>) {
+        // a widened matmul computes in fp32: its fp32 result is rounded to a new tensor below
+        if (!narrow) {
+          // the aliases (inside `arguments`) borrow the output, so `kernel` is declared after them and dies first
+          DeviceOutput<Native> kernel(arguments);
+          std::apply([&](auto&... each) { kernel.meta(each...); }, cpu);
+          std::apply([&](auto&... each) { kernel.impl(each..., kernel.cpu()); }, cpu);
+          arguments.aliases().finishWrites();
+          return kernel.take();
+        }
+      }
       Result result = std::apply([&](auto&... each) { return Op::redispatch(keys, each...); }, cpu);
       if constexpr (kMatmul) {
         if (narrow) result = result.to(*narrow);
@@ -249,11 +277,6 @@ struct Direct<Op, Native, kMatmul, Result(Args...)> {
 template <class... Ops>
 void registerDirect(torch::Library& m) {
   (Direct<Ops>::registerIn(m), ...);
-}
-
-template <class... Ops>
-void registerMatmuls(torch::Library& m) {
-  (Direct<Ops, void, true>::registerIn(m), ...);
 }
 
 template <class... Kernels>
@@ -296,10 +319,19 @@ TORCH_LIBRARY_IMPL(aten, HPU, m) {
   registerDirect<ops::add__Tensor, ops::add_Scalar, ops::sub__Tensor, ops::mul__Tensor, ops::mul__Scalar,
                  ops::div__Tensor, ops::div__Scalar, ops::abs, ops::clamp, ops::where_self, ops::addcmul_,
                  ops::addcdiv_, ops::lerp__Scalar, ops::fill__Scalar, ops::zero_>(m);
-  registerMatmuls<ops::mm, ops::bmm, ops::addmm, ops::baddbmm>(m);
-  registerDirect<ops::sum_dim_IntList, ops::mean_dim, ops::relu, ops::_softmax, ops::_softmax_backward_data,
-                 ops::_log_softmax, ops::_log_softmax_backward_data, ops::nll_loss_forward, ops::nll_loss_backward,
-                 ops::native_layer_norm, ops::native_layer_norm_backward>(m);
+  // matmuls, reductions and softmaxes: the CPU kernel writes a dense result straight into device memory too
+  registerKernels<Direct<ops::mm, native::structured_mm_out_cpu, true>,
+                  Direct<ops::bmm, native::structured_bmm_out_cpu, true>,
+                  Direct<ops::addmm, native::structured_addmm_out_cpu, true>,
+                  Direct<ops::baddbmm, native::structured_baddbmm_out_cpu, true>,
+                  Direct<ops::sum_dim_IntList, native::structured_sum_out>,
+                  Direct<ops::mean_dim, native::structured_mean_out>,
+                  Direct<ops::_softmax, native::structured_softmax_cpu_out>,
+                  Direct<ops::_softmax_backward_data, native::structured_softmax_backward_cpu_out>,
+                  Direct<ops::_log_softmax, native::structured_log_softmax_cpu_out>,
+                  Direct<ops::_log_softmax_backward_data, native::structured_log_softmax_backward_cpu_out>>(m);
+  registerDirect<ops::relu, ops::nll_loss_forward, ops::nll_loss_backward, ops::native_layer_norm,
+                 ops::native_layer_norm_backward>(m);
 }
 
 }  // namespace
