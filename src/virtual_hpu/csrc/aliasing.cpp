@@ -14,6 +14,8 @@ namespace {
 // A CPU alias keeps the HPU storage it reads alive.
 void releaseHpuStorage(void* storage) { c10::raw::intrusive_ptr::decref(static_cast<c10::StorageImpl*>(storage)); }
 
+}  // namespace
+
 // Every op makes CPU aliases of its HPU tensors. Their TensorImpl and StorageImpl objects (three heap blocks per
 // tensor with the version counter) are kept per thread and re-aimed at the next op's memory; an alias that outlived
 // its op (held by someone else) is simply not reused.
@@ -67,6 +69,8 @@ class AliasPool {
   c10::SmallVector<c10::intrusive_ptr<c10::TensorImpl>, kKept> tensors_;
   c10::SmallVector<c10::intrusive_ptr<c10::StorageImpl>, kKept> storages_;
 };
+
+namespace {
 
 thread_local AliasPool t_pool;
 
@@ -137,10 +141,12 @@ void writeBack(const at::Tensor& hpu, const at::Tensor& cpu) {
 
 }  // namespace
 
+CpuAliases::CpuAliases() : pool_(t_pool) {}
+
 CpuAliases::~CpuAliases() {
   // Drop the inputs first: only then is an alias storage held by this object alone.
-  for (Input& input : inputs_) t_pool.give(std::move(input.cpu));
-  for (Entry& entry : storages_) t_pool.give(std::move(entry.cpu_storage));
+  for (Input& input : inputs_) pool_.give(std::move(input.cpu));
+  for (Entry& entry : storages_) pool_.give(std::move(entry.cpu_storage));
 }
 
 at::Tensor CpuAliases::toCpu(c10::MaybeOwned<at::Tensor> hpu, bool written) {
@@ -150,10 +156,10 @@ at::Tensor CpuAliases::toCpu(c10::MaybeOwned<at::Tensor> hpu, bool written) {
     if (entry.hpu_storage == storage) alias = &entry.cpu_storage;
   }
   if (alias == nullptr) {
-    storages_.push_back({storage, t_pool.storage(storage)});
+    storages_.push_back({storage, pool_.storage(storage)});
     alias = &storages_.back().cpu_storage;
   }
-  c10::intrusive_ptr<c10::TensorImpl> cpu = t_pool.tensor(*alias, *hpu);
+  c10::intrusive_ptr<c10::TensorImpl> cpu = pool_.tensor(*alias, *hpu);
   inputs_.push_back({cpu, std::move(hpu), written});
   return at::Tensor(std::move(cpu));
 }

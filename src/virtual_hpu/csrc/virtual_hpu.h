@@ -43,9 +43,12 @@ void checkDtype(c10::ScalarType dtype);
 void roundToFloat(const at::Tensor& cpu);
 
 // ---- aliasing.cpp: HPU tensors seen as CPU tensors on the same memory ----
+class AliasPool;
+
 class CpuAliases {
  public:
-  CpuAliases() = default;
+  // Uses this thread's pool of alias objects.
+  CpuAliases();
   CpuAliases(const CpuAliases&) = delete;
   CpuAliases& operator=(const CpuAliases&) = delete;
   // Hands the alias objects nobody else holds back to this thread's pool.
@@ -74,6 +77,8 @@ class CpuAliases {
   c10::SmallVector<Entry, 4> storages_;
   c10::SmallVector<Input, 4> inputs_;
   c10::SmallVector<std::pair<c10::StorageImpl*, c10::Storage>, 2> adopted_;
+  // Found once per op: every lookup of a thread_local in a loaded library is a call.
+  AliasPool& pool_;
 };
 
 // ---- fallback.cpp ----
