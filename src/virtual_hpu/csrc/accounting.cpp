@@ -13,7 +13,8 @@ namespace virtual_hpu {
 namespace {
 
 std::atomic<int64_t> g_ops{0};
-std::atomic<int64_t> g_ops_since_cut{0};
+// g_ops when the pending graph began: the op count is the one counter every op updates
+std::atomic<int64_t> g_ops_at_cut{0};
 std::atomic<int64_t> g_graphs{0};
 std::atomic<int64_t> g_last_graph_ops{0};
 std::atomic<int64_t> g_max_graph_ops{0};
@@ -52,7 +53,8 @@ uint64_t combine(uint64_t digest, uint64_t value) { return (digest ^ value) * 0x
 
 // Ends the pending graph, as Gaudi does when it compiles and runs it.
 void cutGraph() {
-  const int64_t ops = g_ops_since_cut.exchange(0);
+  const int64_t now = g_ops.load();
+  const int64_t ops = now - g_ops_at_cut.exchange(now);
   const uint64_t digest = g_graph_digest.exchange(0);
   if (ops == 0) return;
   bool compiled = false;
@@ -76,12 +78,13 @@ void markStep() {
 
 // Order of the values matches COUNTER_NAMES in virtual_hpu/accounting.py.
 std::vector<int64_t> counters() {
-  return {g_mark_steps.load(), g_graphs.load(), g_ops.load(), g_ops_since_cut.load(),
+  const int64_t ops = g_ops.load();
+  return {g_mark_steps.load(), g_graphs.load(), ops, ops - g_ops_at_cut.load(),
           g_last_graph_ops.load(), g_max_graph_ops.load(), g_host_syncs.load()};
 }
 
 void resetCounters() {
-  for (auto* counter : {&g_ops, &g_ops_since_cut, &g_graphs, &g_last_graph_ops, &g_max_graph_ops, &g_mark_steps,
+  for (auto* counter : {&g_ops, &g_ops_at_cut, &g_graphs, &g_last_graph_ops, &g_max_graph_ops, &g_mark_steps,
                         &g_host_syncs}) {
     *counter = 0;
   }
@@ -104,7 +107,6 @@ TORCH_LIBRARY_FRAGMENT(virtual_hpu, m) {
 
 void countOp(uint64_t digest) {
   g_ops.fetch_add(1, std::memory_order_relaxed);
-  g_ops_since_cut.fetch_add(1, std::memory_order_relaxed);
   if (digest != 0) g_graph_digest.fetch_add(mix(digest), std::memory_order_relaxed);
 }
 
