@@ -159,7 +159,7 @@ def run(device: str, precision: str, steps: int, loop_at_end: bool) -> dict:
 def main() -> None:
     parser = ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--fast", action="store_true", help="one short run per case (smoke test)")
-    parser.add_argument("--repeats", type=int, default=6, help="fits per case")
+    parser.add_argument("--repeats", type=int, default=12, help="fits per case")
     parser.add_argument("--steps", type=int, default=25, help="training steps per fit")
     args = parser.parse_args()
     repeats, steps = (1, WARMUP + 3) if args.fast else (args.repeats, args.steps)
