@@ -47,8 +47,8 @@ std::array<MemoryStats, kMaxDevices> g_stats;
 // Room in front of each block for its sizes and device, keeping the data 64-byte aligned.
 constexpr size_t kHeader = 64;
 struct BlockHeader {
-  size_t nbytes;    // booked as in use
-  size_t capacity;  // held from the host; 0 for a block too small to pool
+  size_t nbytes;  // booked as in use
+  size_t held;    // taken from the host: its size class if pooled (kPooledMin and more), else nbytes
   c10::DeviceIndex index;
 };
 
@@ -114,15 +114,20 @@ std::string mib(int64_t bytes) {
   return text;
 }
 
+// Also for a block the device refused to book (over its limit), which goes back to the host, not to the pool.
+void returnToHost(void* base) {
+  const auto* header = static_cast<BlockHeader*>(base);
+  recordSystemFree(header->index, header->held);
+  c10::free_cpu(base);
+}
+
 void freeBlock(void* base) {
-  auto* header = static_cast<BlockHeader*>(base);
+  const auto* header = static_cast<BlockHeader*>(base);
   const c10::DeviceIndex index = header->index;
   recordFree(index, header->nbytes, static_cast<char*>(base) + kHeader);
-  const size_t capacity = header->capacity;
-  if (capacity != 0 && g_pools[index].keep(base, capacity, g_stats[index].peak_in_use.load(std::memory_order_relaxed)))
-    return;
-  recordSystemFree(index, capacity != 0 ? capacity : header->nbytes);
-  c10::free_cpu(base);
+  const int64_t bound = g_stats[index].peak_in_use.load(std::memory_order_relaxed);
+  if (header->held >= kPooledMin && g_pools[index].keep(base, header->held, bound)) return;
+  returnToHost(base);
 }
 
 class HpuAllocator final : public c10::Allocator {
@@ -132,19 +137,18 @@ class HpuAllocator final : public c10::Allocator {
   c10::DataPtr allocate(size_t nbytes) override {
     c10::Device device(c10::DeviceType::HPU, index_);
     if (nbytes == 0) return {nullptr, nullptr, nullptr, device};
-    const size_t capacity = nbytes >= kPooledMin ? sizeClass(nbytes) : 0;
-    void* base = capacity != 0 ? g_pools[index_].take(capacity) : nullptr;
+    const size_t held = nbytes >= kPooledMin ? sizeClass(nbytes) : nbytes;
+    void* base = held >= kPooledMin ? g_pools[index_].take(held) : nullptr;
     if (base == nullptr) {
-      const size_t held = capacity != 0 ? capacity : nbytes;
       base = c10::alloc_cpu(held + kHeader);
       recordSystemAlloc(index_, held);
     }
-    *static_cast<BlockHeader*>(base) = {nbytes, capacity, index_};
+    *static_cast<BlockHeader*>(base) = {nbytes, held, index_};
     void* data = static_cast<char*>(base) + kHeader;
     try {
       recordAlloc(index_, nbytes, data);
     } catch (...) {
-      freeUnbooked(base);
+      returnToHost(base);
       throw;
     }
     return {data, base, &freeBlock, device};
@@ -157,13 +161,6 @@ class HpuAllocator final : public c10::Allocator {
   }
 
  private:
-  // A block the device refused to book (over its limit) goes back to the host, not to the pool.
-  static void freeUnbooked(void* base) {
-    const auto* header = static_cast<BlockHeader*>(base);
-    recordSystemFree(header->index, header->capacity != 0 ? header->capacity : header->nbytes);
-    c10::free_cpu(base);
-  }
-
   c10::DeviceIndex index_ = 0;
 };
 
