@@ -6,17 +6,20 @@ its way through the device's dispatch, not by the arithmetic. The ops: ``a.add_(
 ``AdamW(foreach=True)`` over 4 parameters of 16 elements.
 
 The execution mode is fixed per process (``PT_HPU_LAZY_MODE`` is read when the device activates), so one child process
-runs in eager mode and one in lazy mode; both stay up for the whole run. In each repetition this script asks the two
-children in turn (the order flips every repetition) to time every op in blocks of calls on CPU tensors and on HPU
-tensors, the devices alternating block by block, and to report each device's median block: a block takes a fraction of
-a millisecond, so the scheduler's interruptions on a busy machine fall on a few blocks, which the median leaves out.
+runs in eager mode and one in lazy mode. In each repetition this script asks the two children in turn (the order flips
+every repetition) to time every op in blocks of calls on CPU tensors and on HPU tensors, the devices alternating block
+by block, and to report each device's median block: a block takes a fraction of a millisecond, so the scheduler's
+interruptions on a busy machine fall on a few blocks, which the median leaves out. The repetitions are spread over
+several pairs of children, started afresh: two processes running the same code differ by up to 6% per call (where
+their memory happens to lie), which one pair would turn into a lasting bias of the lazy ÷ eager ratio.
 Each HPU block ends with ``mark_step()``, the graph cut a lazy-mode loop makes. Per op it prints microseconds per call,
 median [min, max] over repetitions, and two ratios, each the median over repetitions of that repetition's ratio, with
 min and max: HPU ÷ CPU in eager mode (target <= 1.3) and lazy ÷ eager on the HPU (target <= 1.0: recording a lazy
-graph must not cost more than running eagerly). Last line ``tiny_op_ratio_max=<float>``, the largest median HPU ÷ CPU
-ratio in eager mode.
+graph must not cost more than running eagerly). Lazy ÷ eager on CPU tensors, which run the same code in both children,
+is printed under it as the control: how far apart the two children's timings are when nothing differs. Last line
+``tiny_op_ratio_max=<float>``, the largest median HPU ÷ CPU ratio in eager mode.
 
-    python benchmarks/tiny_ops.py [--fast] [--repeats N]
+    python benchmarks/tiny_ops.py [--fast] [--repeats N] [--pairs N]
 """
 
 import json
@@ -142,49 +145,54 @@ class Child:
 def main() -> None:
     parser = ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--fast", action="store_true", help="one short repetition (smoke test)")
-    parser.add_argument("--repeats", type=int, default=30, help="timed repetitions, after one of warm-up")
+    parser.add_argument("--repeats", type=int, default=30, help="timed repetitions, each after a warm-up")
+    parser.add_argument("--pairs", type=int, default=10, help="pairs of children the repetitions are spread over")
     parser.add_argument("--child", action="store_true", help=SUPPRESS)
     parser.add_argument("--blocks", type=int, default=BLOCKS, help=SUPPRESS)
     args = parser.parse_args()
-    repeats, blocks = (1, 3) if args.fast else (args.repeats, args.blocks)
+    repeats, blocks, pairs = (1, 3, 1) if args.fast else (args.repeats, args.blocks, min(args.pairs, args.repeats))
     if args.child:
         child(blocks)
         return
 
-    children = {mode: Child(mode, blocks) for mode in ("eager", "lazy")}
-    try:
-        for mode_child in children.values():
-            mode_child.time_ops(DEVICES)  # warm-up: first calls allocate, load kernels, fill caches
-        samples: dict = {mode: [] for mode in children}
-        for repeat in range(repeats):
-            flip = repeat % 2 == 1
-            for mode in reversed(children) if flip else children:
-                samples[mode].append(children[mode].time_ops(DEVICES[::-1] if flip else DEVICES))
-    finally:
-        for mode_child in children.values():
-            mode_child.close()
+    modes = ("eager", "lazy")
+    samples: dict = {mode: [] for mode in modes}
+    for pair in range(pairs):
+        children = {mode: Child(mode, blocks) for mode in modes}
+        try:
+            for mode_child in children.values():
+                mode_child.time_ops(DEVICES)  # warm-up: first calls allocate, load kernels, fill caches
+            for repeat in range(pair * repeats // pairs, (pair + 1) * repeats // pairs):
+                flip = repeat % 2 == 1
+                for mode in reversed(modes) if flip else modes:
+                    samples[mode].append(children[mode].time_ops(DEVICES[::-1] if flip else DEVICES))
+        finally:
+            for mode_child in children.values():
+                mode_child.close()
 
     def us(mode: str, op: str, device: str) -> list:
         return [sample[op][device] for sample in samples[mode]]
 
     rows = []
     for op in CALLS:
-        cells = [spread(us(mode, op, device), 3) for mode in children for device in DEVICES]
+        cells = [spread(us(mode, op, device), 3) for mode in modes for device in DEVICES]
         lazy_per_cpu = [h / c for h, c in zip(us("lazy", op, "hpu"), us("lazy", op, "cpu"))]
         rows.append([op, *cells, spread(lazy_per_cpu, 3)])
     print(
-        f"microseconds per call, median [min, max] over {repeats} repetition(s), each the median of {blocks} blocks"
+        f"microseconds per call, median [min, max] over {repeats} repetition(s) in {pairs} pair(s) of children,"
+        f" each the median of {blocks} blocks"
         f" per device; calls per block: {', '.join(f'{op} {calls}' for op, calls in CALLS.items())}"
     )
-    header = [f"{device} us ({mode})" for mode in children for device in DEVICES]
+    header = [f"{device} us ({mode})" for mode in modes for device in DEVICES]
     print_table(["op", *header, "hpu ÷ cpu (lazy)"], rows)
     eager = []
     for op in CALLS:
         ratios = [h / c for h, c in zip(us("eager", op, "hpu"), us("eager", op, "cpu"))]
         eager.append(summarize(f"{op}: hpu ÷ cpu, eager", ratios, HPU_TARGET).median)
     for op in CALLS:
-        ratios = [lazy_us / eager_us for lazy_us, eager_us in zip(us("lazy", op, "hpu"), us("eager", op, "hpu"))]
-        summarize(f"{op}: lazy ÷ eager, hpu", ratios, LAZY_TARGET)
+        for device, target in (("hpu", LAZY_TARGET), ("cpu", None)):
+            ratios = [lazy / eager for lazy, eager in zip(us("lazy", op, device), us("eager", op, device))]
+            summarize(f"{op}: lazy ÷ eager, {device}", ratios, target)
     print(f"tiny_op_ratio_max={max(eager):.3f}")
 
 
