@@ -46,11 +46,6 @@ uint64_t mix(uint64_t value) {
   return value ^ (value >> 31);
 }
 
-// Folds `value` into `digest` with one multiply, a bijection of the digest for each value: tensorDigest runs it per
-// size of every tensor of every lazy-mode op, and countOp mixes the op's whole digest once before summing it into the
-// graph's.
-uint64_t combine(uint64_t digest, uint64_t value) { return (digest ^ value) * 0x100000001b3ULL; }
-
 // Ends the pending graph, as Gaudi does when it compiles and runs it.
 void cutGraph() {
   const int64_t now = g_ops.load();
@@ -108,13 +103,6 @@ TORCH_LIBRARY_FRAGMENT(virtual_hpu, m) {
 void countOp(uint64_t digest) {
   g_ops.fetch_add(1, std::memory_order_relaxed);
   if (digest != 0) g_graph_digest.fetch_add(mix(digest), std::memory_order_relaxed);
-}
-
-uint64_t tensorDigest(uint64_t seed, const at::Tensor& tensor) {
-  if (!tensor.defined()) return combine(seed, 0x756e646566ULL);
-  uint64_t digest = combine(combine(seed, static_cast<uint64_t>(tensor.scalar_type())), static_cast<uint64_t>(tensor.dim()));
-  for (const int64_t size : tensor.sizes()) digest = combine(digest, static_cast<uint64_t>(size));
-  return digest;
 }
 
 uint64_t nameDigest(const std::string& name, const std::string& overload) {

@@ -121,6 +121,19 @@ void countHostSync();
 // the digest countOp takes: what the op is (nameDigest) and the shapes and dtypes of its tensor inputs
 uint64_t opDigest(const c10::OperatorHandle& op, const torch::jit::Stack& stack, size_t first);
 uint64_t nameDigest(const std::string& name, const std::string& overload);
-uint64_t tensorDigest(uint64_t seed, const at::Tensor& tensor);
+
+// Folds `value` into `digest` with one multiply, a bijection of the digest for each value: tensorDigest runs it per
+// size of every tensor of every lazy-mode op, and countOp mixes the op's whole digest once before summing it into the
+// graph's.
+inline uint64_t combineDigest(uint64_t digest, uint64_t value) { return (digest ^ value) * 0x100000001b3ULL; }
+
+// Inline, as it runs per tensor argument of every lazy-mode op.
+inline uint64_t tensorDigest(uint64_t seed, const at::Tensor& tensor) {
+  if (!tensor.defined()) return combineDigest(seed, 0x756e646566ULL);
+  const c10::IntArrayRef sizes = tensor.sizes();
+  uint64_t digest = combineDigest(combineDigest(seed, static_cast<uint64_t>(tensor.scalar_type())), sizes.size());
+  for (const int64_t size : sizes) digest = combineDigest(digest, static_cast<uint64_t>(size));
+  return digest;
+}
 
 }  // namespace virtual_hpu
