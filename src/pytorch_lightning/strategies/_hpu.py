@@ -3,6 +3,7 @@ lazy-mode graph cuts, and (for the strategies that start one process per HPU) HC
 
 import atexit
 import copy
+import gc
 from collections.abc import Sequence
 from typing import Any, Callable, Optional, Union
 
@@ -242,8 +243,19 @@ def _destroy_process_group_at_exit() -> None:
     backend's threads can outlive the objects they use: processes then abort after the run ("terminate called without
     an active exception"). Kept alive until then, so that ``fit`` and ``test`` in one script share the group.
     """
-    atexit.unregister(_destroy_dist_connection)
-    atexit.register(_destroy_dist_connection)
+    atexit.unregister(_end_process_group)
+    atexit.register(_end_process_group)
+
+
+def _end_process_group() -> None:
+    """Destroy the process group, and free the reference cycles that still hold it (FSDP's wrapped modules can).
+
+    Freed here, the group's backend stops its threads while the interpreter runs. Left to the collection at interpreter
+    shutdown, a gloo thread that releases a finished collective's tensors needs the GIL, which it can no longer take,
+    and the process aborts.
+    """
+    _destroy_dist_connection()
+    gc.collect()
 
 
 def single_hpu_device(device: Union[torch.device, str, int], owner: str) -> torch.device:

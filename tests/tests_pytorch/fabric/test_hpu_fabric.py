@@ -171,6 +171,52 @@ def test_resumed_two_rank_run_equals_an_uninterrupted_one(tmp_path, strategy):
         _assert_parameters_close(resumed[rank]["parameters"], straight[rank]["parameters"], 0.0)
 
 
+# A Fabric user's script that notes, at the very end of its exit, which threads of torch's gloo backend (the virtual
+# HCCL's) and TCP store are still running.
+EXIT_SCRIPT = """
+import atexit, os, sys
+import lightning as L
+import torch
+from torch import nn
+
+def backend_threads():
+    names = (open(f"/proc/self/task/{task}/comm").read().strip() for task in os.listdir("/proc/self/task"))
+    return sorted(name for name in names if name.startswith(("pt_gloo", "gloo_", "pt_tcpstore")))
+
+def note(rank):
+    with open(os.path.join(sys.argv[1], f"rank{rank}.txt"), "w") as out:
+        print(",".join(backend_threads()), file=out)
+
+def train(fabric):
+    model = nn.Linear(6, 3)
+    model, optimizer = fabric.setup(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    fabric.backward(model(torch.randn(4, 6, device=fabric.device)).sum())
+    optimizer.step()
+    fabric.broadcast(fabric.global_rank, src=0)
+    RANKS.append(fabric.global_rank)
+
+RANKS = []
+# registered before Fabric starts, so it runs after the strategy's teardown: at-exit handlers run last in, first out
+atexit.register(lambda: [note(rank) for rank in RANKS])
+L.Fabric(accelerator="hpu", devices=2, strategy=sys.argv[2]).launch(train)
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads the threads' names from /proc")
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+def test_process_group_ends_before_interpreter_shutdown(tmp_path, strategy):
+    """The group's backend threads stop at exit while the interpreter still runs: left to its shutdown, a gloo thread
+    that releases a finished collective's tensors cannot take the GIL, and the process aborts now and then."""
+    script = tmp_path / "exit_script.py"
+    script.write_text(EXIT_SCRIPT)
+    result = subprocess.run(
+        [sys.executable, str(script), str(tmp_path), strategy], env=_env(), capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    left = {rank: (tmp_path / f"rank{rank}.txt").read_text().strip() for rank in (0, 1)}
+    assert left == {0: "", 1: ""}
+
+
 def test_lazy_mode_cuts_after_backward_and_step_without_host_syncs(tmp_path):
     ranks = _launch(
         tmp_path / "lazy", "--devices", "2", "--strategy", "hpu_parallel", "--steps", "6", PT_HPU_LAZY_MODE="1"
