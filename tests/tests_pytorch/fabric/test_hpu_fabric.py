@@ -202,7 +202,6 @@ L.Fabric(accelerator="hpu", devices=2, strategy=sys.argv[2]).launch(train)
 """
 
 
-@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads the threads' names from /proc")
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
 def test_process_group_ends_before_interpreter_shutdown(tmp_path, strategy):
     """The group's backend threads stop at exit while the interpreter still runs: left to its shutdown, a gloo thread
