@@ -145,7 +145,7 @@ class Child:
 def main() -> None:
     parser = ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--fast", action="store_true", help="one short repetition (smoke test)")
-    parser.add_argument("--repeats", type=int, default=30, help="timed repetitions, each after a warm-up")
+    parser.add_argument("--repeats", type=int, default=30, help="timed repetitions, spread over the pairs")
     parser.add_argument("--pairs", type=int, default=10, help="pairs of children the repetitions are spread over")
     parser.add_argument("--child", action="store_true", help=SUPPRESS)
     parser.add_argument("--blocks", type=int, default=BLOCKS, help=SUPPRESS)
@@ -161,7 +161,7 @@ def main() -> None:
         children = {mode: Child(mode, blocks) for mode in modes}
         try:
             for mode_child in children.values():
-                mode_child.time_ops(DEVICES)  # warm-up: first calls allocate, load kernels, fill caches
+                mode_child.time_ops(DEVICES)  # each pair's warm-up: first calls allocate, load kernels, fill caches
             for repeat in range(pair * repeats // pairs, (pair + 1) * repeats // pairs):
                 flip = repeat % 2 == 1
                 for mode in reversed(modes) if flip else modes:
