@@ -132,14 +132,65 @@ class _ChildSession:
             message = f"did not run in the child session in {self.mode} mode; its output ends with:\n{self.output}"
             reports = [TestReport(item.nodeid, item.location, {}, "failed", message, "call")]
         for report in reports:
+            if report.skipped and isinstance(report.longrepr, list):
+                # JSON made the (path, line, reason) of a skip a list; pytest's summary of skips wants a tuple
+                report.longrepr = tuple(report.longrepr)
             item.ihook.pytest_runtest_logreport(report=report)
+
+
+# how many HPUs the hardware tier may use, for the child sessions of other modes too
+_HPUS_VARIABLE = "PL_TEST_HPUS"
+_VIRTUAL_TIER = Path(__file__).parent / "tests_virtual_hpu"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--hpus",
+        type=int,
+        default=None,
+        help="How many HPUs the hardware tier (`-m hpu`) may use, the first N of the node; default: all visible.",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
     global _report_to
+    hpus = config.getoption("--hpus")
+    if hpus is not None:
+        if hpus < 1:
+            raise pytest.UsageError(f"--hpus must be a positive number of HPUs, got {hpus}")
+        os.environ[_HPUS_VARIABLE] = str(hpus)
     # popped so that the tests' own subprocesses do not write reports too
     path = os.environ.pop(_REPORTS_VARIABLE, None)
     _report_to = (path, config) if path else None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark each test with its tier before ``-m`` selects (``tests_pytorch/helpers/runif.py``): the one ``RunIf`` put
+    it in, and ``virtual_hpu`` for every test of ``tests/tests_virtual_hpu``, which is skipped where the virtual Gaudi
+    is not active (real hardware, or the rehearsal)."""
+    from tests_pytorch.helpers.runif import VIRTUAL_HPU, RunIf, tier_of
+
+    virtual_only = RunIf(virtual_hpu=True)
+    for item in items:
+        tier = tier_of(item)
+        if tier is None and _VIRTUAL_TIER in Path(str(item.path)).parents:
+            item.add_marker(virtual_only)
+            tier = VIRTUAL_HPU
+        if tier is not None:
+            item.add_marker(tier)
+
+
+@pytest.fixture
+def hpus() -> int:
+    """How many HPUs a hardware-tier test may use: ``--hpus``, or every HPU this process sees."""
+    import torch
+
+    visible = torch.hpu.device_count()
+    wanted = int(os.environ.get(_HPUS_VARIABLE, visible))
+    if wanted > visible:
+        pytest.fail(f"--hpus {wanted} asks for more HPUs than the {visible} this process sees", pytrace=False)
+    return wanted
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

@@ -13,9 +13,9 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-from virtual_hpu._config import Config, resolve
+from virtual_hpu._config import Config, as_hardware, resolve
 
-__all__ = ["Config", "activate", "activate_from_env", "config", "is_active"]
+__all__ = ["Config", "activate", "activate_from_env", "config", "is_active", "real_installation"]
 
 _log = logging.getLogger(__name__)
 _FACADE = Path(__file__).parent / "_facade"
@@ -23,8 +23,8 @@ _active: Optional[Config] = None
 
 
 def is_active() -> bool:
-    """Whether this process has a virtual Gaudi."""
-    return _active is not None
+    """Whether this process has a virtual Gaudi; False while it poses as hardware (``VIRTUAL_HPU_AS_HARDWARE=1``)."""
+    return _active is not None and not as_hardware()
 
 
 def config() -> Config:
@@ -34,19 +34,26 @@ def config() -> Config:
     return _active
 
 
-def _refuse_real_installation() -> None:
+def real_installation() -> Optional[str]:
+    """Where Intel's Gaudi software (``habana_frameworks``) is installed, or None; the virtual Gaudi's own facade does
+    not count."""
     # on the path only: the import hook that activates us in lazy mode (``_autoload``) is not an installation
     spec = importlib.machinery.PathFinder.find_spec("habana_frameworks")
     if spec is None:
-        return
+        return None
     locations = [Path(p).resolve() for p in (spec.submodule_search_locations or [])]
     if all(path.parent == _FACADE.resolve() for path in locations):
-        return
-    where = ", ".join(map(str, locations)) or spec.origin
-    raise RuntimeError(
-        f"A real Intel Gaudi software stack is installed (habana_frameworks at {where}); the virtual Gaudi will not"
-        " shadow it. Unset VIRTUAL_HPU and use the real device."
-    )
+        return None
+    return ", ".join(map(str, locations)) or spec.origin
+
+
+def _refuse_real_installation() -> None:
+    where = real_installation()
+    if where is not None:
+        raise RuntimeError(
+            f"A real Intel Gaudi software stack is installed (habana_frameworks at {where}); the virtual Gaudi will not"
+            " shadow it. Unset VIRTUAL_HPU and use the real device."
+        )
 
 
 def activate(
@@ -112,7 +119,7 @@ def activate_from_env() -> bool:
         raise ValueError(f"VIRTUAL_HPU must be 1 (on) or 0 (off), got {flag!r}")
     if flag == "1":
         activate()
-    return is_active()
+    return _active is not None
 
 
 def _announce(config: Config) -> None:

@@ -10,6 +10,8 @@ MAX_MEMORY_MB = 1024 * 1024
 GENERATION_MEMORY_MB = {"GAUDI": 32768, "GAUDI2": 98304, "GAUDI3": 131072}
 DEFAULT_DEVICES = 8
 DEFAULT_GENERATION = "GAUDI2"
+# the rehearsal of the hardware test tier: the device works as before, but says nothing of being virtual
+AS_HARDWARE = "VIRTUAL_HPU_AS_HARDWARE"
 
 
 @dataclass(frozen=True)
@@ -82,3 +84,21 @@ def resolve(devices: Optional[int] = None, generation: Optional[str] = None, mem
     if lazy not in ("0", "1"):
         raise ValueError(f"PT_HPU_LAZY_MODE must be 0 (eager) or 1 (lazy), got {lazy!r}")
     return Config(devices=devices, generation=generation, memory_mb=memory_mb, lazy=lazy == "1")
+
+
+def as_hardware() -> bool:
+    """Whether the virtual Gaudi poses as real hardware (``VIRTUAL_HPU_AS_HARDWARE=1``): it hides what Intel's bridge
+    does not expose (that it is virtual, its accounting and events), so that a run shows what needs none of it."""
+    flag = os.environ.get(AS_HARDWARE, "").strip()
+    if flag not in ("", "0", "1"):
+        raise ValueError(f"{AS_HARDWARE} must be 1 (pose as hardware) or 0, got {flag!r}")
+    return flag == "1"
+
+
+def refuse_as_hardware(what: str) -> None:
+    """Raise for ``what``, a part of the virtual Gaudi real hardware does not have, while it poses as hardware."""
+    if as_hardware():
+        raise RuntimeError(
+            f"{what} is the virtual Gaudi's own and real Gaudi hardware has none; {AS_HARDWARE}=1 hides it. A test that"
+            " reads it belongs to the virtual tier: mark it `RunIf(virtual_hpu=True)`."
+        )

@@ -9,6 +9,7 @@ graph in lazy mode, as it forces Gaudi to run it.
 import torch
 
 from virtual_hpu import compilation
+from virtual_hpu._config import refuse_as_hardware
 
 COUNTER_NAMES = (
     "mark_steps",  # htcore.mark_step() calls in lazy mode
@@ -27,6 +28,7 @@ _compile_base = (0, 0)
 
 def counters() -> dict[str, int]:
     """The counters since activation or the last ``reset()``, plus ``graph_compilations`` and ``graph_breaks``."""
+    refuse_as_hardware("virtual_hpu.accounting")
     counts = dict(zip(COUNTER_NAMES, torch.ops.virtual_hpu.counters()))
     counts["graph_compilations"] = compilation.compiled_ever() - _compile_base[0]
     counts["graph_breaks"] = compilation.graph_breaks_ever() - _compile_base[1]

@@ -12,6 +12,7 @@ from typing import Optional
 
 import torch
 
+from virtual_hpu._config import refuse_as_hardware
 from virtual_hpu.compilation import CompiledGraph
 
 HOST_SYNC, COMPILATION = "host_sync", "compilation"
@@ -32,6 +33,7 @@ _library: Optional[torch.library.Library] = None
 
 def subscribe(listener: Listener) -> Callable[[], None]:
     """Call ``listener`` with every event from now on; returns the function that stops it."""
+    refuse_as_hardware("virtual_hpu.events")
     _register_op()
     _listeners.append(listener)
     torch.ops.virtual_hpu.report_events(True)

@@ -1,10 +1,26 @@
-"""``RunIf``: skip a test unless the machine has what it needs."""
+"""``RunIf``: skip a test unless the machine has what it needs, and place it in its tier.
+
+The suite has three tiers, told apart by markers (see ``docs/source-pytorch/hpu_testing.rst``):
+
+* ``virtual_hpu``: tests of what only the virtual Gaudi exposes (its accounting, allocator, fallbacks, knobs, and all of
+  ``tests/tests_virtual_hpu``); skipped on hardware.
+* ``hpu``: tests of what only hardware can show (HCCL over a node's cards, real memory, the bridge's compilation
+  counts, fp8 on Gaudi2/3, speed); ``pytest -m hpu`` selects them, and they are skipped without a Gaudi.
+* unmarked: the integration tests, which run on both.
+
+With ``VIRTUAL_HPU_AS_HARDWARE=1`` the virtual Gaudi poses as hardware (the rehearsal): the ``hpu`` tier runs on it,
+the ``virtual_hpu`` tier is skipped, and the tests marked ``physical`` (speed, HBM), which only silicon can pass, are
+skipped with their reason.
+"""
 
 import importlib.util
+import os
 import sys
 from typing import Any
 
 import pytest
+
+HPU, VIRTUAL_HPU = "hpu", "virtual_hpu"
 
 
 def _virtual_gaudi_active() -> bool:
@@ -16,23 +32,41 @@ def _real_gaudi_installed() -> bool:
     return importlib.util.find_spec("habana_frameworks") is not None and not _virtual_gaudi_active()
 
 
+def _rehearsal() -> bool:
+    return os.environ.get("VIRTUAL_HPU_AS_HARDWARE", "").strip() == "1"
+
+
 def RunIf(
-    hpu: bool = False, virtual_hpu: bool = False, tb_profiler: bool = False, **kwargs: Any
+    hpu: bool = False,
+    virtual_hpu: bool = False,
+    physical: str = "",
+    tb_profiler: bool = False,
+    **kwargs: Any,
 ) -> pytest.MarkDecorator:
-    """A ``skipif`` mark for what the test needs.
+    """A ``skipif`` mark for what the test needs; ``hpu`` and ``virtual_hpu`` also put the test in that tier.
 
     Args:
-        hpu: a real Intel Gaudi (the virtual one does not count). Tests of the integration itself run on the virtual
-            Gaudi and need no mark; this is for what only hardware can show (graph compilation, HCCL, speed).
-        virtual_hpu: the virtual Gaudi, for tests that read its accounting (graph cuts, host syncs), which real
-            hardware does not expose.
+        hpu: a real Intel Gaudi (or the rehearsal). Tests of the integration itself run on the virtual Gaudi and need
+            no mark; this is for what only hardware can show (HCCL across cards, memory, graph compilation, speed).
+        virtual_hpu: the virtual Gaudi, for tests that read what real hardware does not expose (its accounting of
+            graph cuts and host syncs, its allocator pools, its simulation knobs).
+        physical: with ``hpu``, why only silicon can pass the test (a speed-up, the size of HBM); the rehearsal skips it
+            with that reason.
         tb_profiler: the optional ``torch-tb-profiler`` package (requirements/profiler.txt).
     """
     reasons = []
     if hpu and not _real_gaudi_installed():
         reasons.append("a real Intel Gaudi")
+    if hpu and physical and _rehearsal():
+        reasons.append(f"real silicon ({physical}), which the rehearsal has not")
     if virtual_hpu and not _virtual_gaudi_active():
-        reasons.append("the virtual Gaudi's accounting")
+        reasons.append("the virtual Gaudi (it reads what hardware does not expose)")
     if tb_profiler and importlib.util.find_spec("torch_tb_profiler") is None:
         reasons.append("the optional `torch-tb-profiler` package")
-    return pytest.mark.skipif(bool(reasons), reason=f"Requires {' and '.join(reasons)}", **kwargs)
+    tier = HPU if hpu else VIRTUAL_HPU if virtual_hpu else None
+    return pytest.mark.skipif(bool(reasons), reason=f"Requires {' and '.join(reasons)}", tier=tier, **kwargs)
+
+
+def tier_of(item: pytest.Item) -> Any:
+    """The tier a ``RunIf`` mark put ``item`` in, or None."""
+    return next((mark.kwargs["tier"] for mark in item.iter_markers("skipif") if mark.kwargs.get("tier")), None)
