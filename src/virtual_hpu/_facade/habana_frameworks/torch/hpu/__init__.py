@@ -1,6 +1,9 @@
 """``habana_frameworks.torch.hpu``, also registered as ``torch.hpu``: devices, memory, streams, random numbers, and
 the autocast state of ``hpu``."""
 
+import contextlib
+import os
+from collections.abc import Iterator
 from typing import Any, Union
 
 import torch
@@ -23,19 +26,32 @@ from habana_frameworks.torch.hpu.memory import (
     memory_cached,
     memory_reserved,
     memory_stats,
+    memory_summary,
     reset_max_memory_allocated,
     reset_peak_memory_stats,
 )
 from habana_frameworks.torch.hpu.random import (
+    default_generators,
     get_rng_state,
+    get_rng_state_all,
     initial_seed,
     manual_seed,
     manual_seed_all,
     seed,
     seed_all,
+    set_rng_ctx,
     set_rng_state,
+    set_rng_state_all,
+    unset_rng_ctx,
 )
-from habana_frameworks.torch.hpu.streams import Event, Stream, current_stream, default_stream, stream
+from habana_frameworks.torch.hpu.streams import (
+    Event,
+    Stream,
+    current_stream,
+    default_stream,
+    set_stream,
+    stream,
+)
 
 _DeviceLike = Union[torch.device, str, int, None]
 
@@ -45,10 +61,28 @@ __all__ = [
     "ModuleCacher",
     "Stream",
     "current_device",
+    "can_device_access_peer",
     "current_stream",
+    "default_generators",
     "default_stream",
     "device",
     "device_count",
+    "device_of",
+    "enable_recompute_sdp",
+    "get_arch_list",
+    "get_device_capability",
+    "get_device_properties",
+    "get_rng_state_all",
+    "get_sync_debug_mode",
+    "memory_summary",
+    "memory_usage",
+    "recompute_sdp_enabled",
+    "sdp_kernel",
+    "set_rng_ctx",
+    "set_rng_state_all",
+    "set_stream",
+    "set_sync_debug_mode",
+    "unset_rng_ctx",
     "get_autocast_hpu_dtype",
     "get_device_name",
     "get_rng_state",
@@ -173,3 +207,80 @@ class device:
 
     def __exit__(self, *exc: object) -> None:
         set_device(self.previous)
+
+
+class device_of(device):
+    """Context manager that makes the device of ``obj`` (a tensor) current; no change for a tensor not on hpu."""
+
+    def __init__(self, obj: torch.Tensor) -> None:
+        super().__init__(obj.device if obj.device.type == "hpu" else None)
+
+
+def get_device_capability(device: _DeviceLike = None) -> str:
+    """The device's generation, which is what capability means on a Gaudi."""
+    _check_index(device)
+    return get_device_name(device)
+
+
+def get_device_properties(device: _DeviceLike = None) -> str:
+    """A description of the device (name, memory, count), as the bridge gives it: a string."""
+    index = _check_index(device)
+    limit = memory_stats(index)["Limit"]
+    return f"(name={get_device_name(index)}, virtual=True, total_memory={limit // 2**20}MB, count={device_count()})"
+
+
+def can_device_access_peer(device: _DeviceLike, peer_device: _DeviceLike) -> bool:
+    first, second = _check_index(device), _check_index(peer_device)
+    if first == second:
+        raise ValueError(f"can_device_access_peer takes two different devices, got hpu:{first} twice.")
+    return True
+
+
+def get_arch_list() -> list[str]:
+    return [get_device_name()]
+
+
+def memory_usage(device: _DeviceLike = None) -> int:
+    """Bytes in use on the device (``hl-smi``'s figure on a Gaudi)."""
+    return memory_stats(_check_index(device))["InUse"]
+
+
+def set_sync_debug_mode(debug_mode: Any) -> None:
+    """Whether streams run asynchronously (``PT_ENABLE_HABANA_STREAMASYNC``); every op is synchronous here."""
+    os.environ["PT_ENABLE_HABANA_STREAMASYNC"] = str(debug_mode)
+
+
+def get_sync_debug_mode() -> int:
+    return int(os.environ["PT_ENABLE_HABANA_STREAMASYNC"])
+
+
+class _FusedAttentionSettings:
+    """Whether ``FusedSDPA`` recomputes in its backward by default (``recompute_mode=None``)."""
+
+    recompute = False
+
+
+def enable_recompute_sdp(enabled: bool) -> None:
+    _FusedAttentionSettings.recompute = bool(enabled)
+
+
+def recompute_sdp_enabled() -> bool:
+    return _FusedAttentionSettings.recompute
+
+
+@contextlib.contextmanager
+def sdp_kernel(enable_recompute: bool = True) -> Iterator[dict]:
+    """Within the block, ``FusedSDPA`` recomputes in its backward (or not); the previous setting after it."""
+    previous = recompute_sdp_enabled()
+    enable_recompute_sdp(enable_recompute)
+    try:
+        yield {}
+    finally:
+        enable_recompute_sdp(previous)
+
+
+def _check_index(device: _DeviceLike) -> int:
+    index = _index(device)
+    if not 0 <= index < device_count():
+        raise ValueError(f"hpu:{index} does not exist: there are {device_count()} devices.")
+    return index

@@ -65,3 +65,13 @@ def mem_get_info(device: Any = None) -> tuple[int, int]:
     """``(free, total)`` bytes of the device."""
     stats = memory_stats(device)
     return stats["Limit"] - stats["InUse"], stats["Limit"]
+
+
+def memory_summary(device: Any = None) -> str:
+    """The statistics of ``memory_stats``, one per line, bytes also in GiB."""
+    index = _index(device)
+    lines = [f"HPU memory summary, device {index}"]
+    for key, value in memory_stats(index).items():
+        size = "" if key.startswith(("Num", "Active", "Total")) else f" ({value / 2**30:.2f} GiB)"
+        lines.append(f"  {key + ':':<20}{value:>16}{size}")
+    return "\n".join(lines) + "\n"

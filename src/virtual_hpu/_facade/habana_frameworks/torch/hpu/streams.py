@@ -37,6 +37,10 @@ def default_stream(device: Any = None) -> Stream:
     return Stream(stream_id=0, device_index=new.device_index, device_type=new.device_type)
 
 
+def set_stream(stream: Optional[torch.Stream]) -> None:
+    """Select ``stream`` for the ops that follow; all streams are the same one on a synchronous device."""
+
+
 class stream:
     """Context manager selecting a stream; a no-op on a device without concurrency."""
 
