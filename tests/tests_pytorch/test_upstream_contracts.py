@@ -282,6 +282,28 @@ PRIVATE_NAMES = [
         "virtual_hpu/.../compile_backend/backends.py",
         "hpu_backend",
     ),
+    ("torch", "torch", "_TorchCompileInductorWrapper", "strategies/_hpu_compile.py", "telling inductor apart"),
+    (
+        "lightning",
+        "lightning.fabric.wrappers",
+        "_capture_compile_kwargs",
+        "strategies/_hpu_compile.py",
+        "the `_compile_kwargs` Fabric re-applies",
+    ),
+    (
+        "torch",
+        "torch._dynamo.variables.torch",
+        "constant_fold_functions",
+        "virtual_hpu/.../dynamo/trace_rules.py",
+        "the bridge's constant-folded hpu queries",
+    ),
+    (
+        "torch",
+        "torch._dynamo.trace_rules",
+        "_allowed_callable_ids",
+        "virtual_hpu/.../dynamo/trace_rules.py",
+        "the bridge's in-graph hpu stream functions",
+    ),
     (
         "neural_compressor",
         "neural_compressor.torch.algorithms.fp8_quant._quant_common",
@@ -317,6 +339,11 @@ def test_private_names_exist(library, module, name, where, purpose):
         ("lightning.pytorch.profilers.pytorch.PyTorchProfiler", "_has_on_trace_ready", "profilers/hpu.py"),
         ("lightning.pytorch.trainer.trainer.Trainer", "_signal_connector", "trainer/trainer.py"),
         ("lightning.pytorch.loops.fit_loop._FitLoop", "epoch_loop", "trainer/trainer.py"),
+        # Fabric wraps the module it compiled again; `_hpu_compile` replaces it as it is registered
+        ("lightning.fabric.wrappers._FabricModule", "_forward_module", "strategies/_hpu_compile.py"),
+        ("torch._dynamo.eval_frame._TorchDynamoContext", "_dynamic", "strategies/_hpu_compile.py"),
+        ("torch._dynamo.eval_frame._TorchDynamoContext", "fullgraph", "strategies/_hpu_compile.py"),
+        ("torch._dynamo.convert_frame.ConvertFrameAssert", "_torchdynamo_orig_backend", "strategies/_hpu_compile.py"),
     ],
 )
 def test_private_attributes_set_by_upstream(owner, attribute, where):

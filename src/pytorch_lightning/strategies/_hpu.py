@@ -18,6 +18,7 @@ from torch.distributed import ReduceOp
 from pytorch_lightning.accelerators.hpu import HPUAccelerator
 from pytorch_lightning.plugins.io.hpu import HPUCheckpointIO
 from pytorch_lightning.plugins.precision.hpu import HPUPrecisionPlugin
+from pytorch_lightning.strategies._hpu_compile import FabricRecompilation, run_lightning_module_for_hpu
 from pytorch_lightning.strategies._sigterm import SigtermAgreement
 
 
@@ -86,6 +87,14 @@ class _HPUStrategyMixin:
         self._cut_graph()
         return output
 
+    # Fabric's module set-up (the Trainer's strategies have none): a module compiled with torch's default backend is
+    # compiled again for HPU when Fabric wraps it (see ``_hpu_compile``)
+    def setup_module(self, module: Any) -> Any:
+        return FabricRecompilation.armed_around(super().setup_module, module)  # type: ignore[misc]
+
+    def setup_module_and_optimizers(self, module: Any, *args: Any, **kwargs: Any) -> Any:
+        return FabricRecompilation.armed_around(super().setup_module_and_optimizers, module, *args, **kwargs)  # type: ignore[misc]
+
 
 class _HPUTrainerStrategyMixin(_HPUStrategyMixin):
     """What the Trainer's HPU strategies add: graph cuts around each evaluation step, failures reported to the
@@ -97,6 +106,11 @@ class _HPUTrainerStrategyMixin(_HPUStrategyMixin):
     def setup_environment(self) -> None:
         super().setup_environment()
         self._setup_sigterm_agreement()
+
+    def connect(self, model: Any) -> None:
+        # a module compiled with torch's default backend runs with Gaudi's (see ``_hpu_compile``)
+        run_lightning_module_for_hpu(model)
+        super().connect(model)  # type: ignore[misc]
 
     def _setup_sigterm_agreement(self) -> None:
         """Once the process group is up: with several processes, the ranks' host-side agreement on SIGTERM."""
