@@ -3,6 +3,7 @@ the autocast state of ``hpu``."""
 
 import contextlib
 import os
+import warnings
 from collections.abc import Iterator
 from typing import Any, Union
 
@@ -27,9 +28,11 @@ from habana_frameworks.torch.hpu.memory import (
     memory_reserved,
     memory_stats,
     memory_summary,
+    reset_accumulated_memory_stats,
     reset_max_memory_allocated,
     reset_peak_memory_stats,
 )
+from habana_frameworks.torch.hpu.metrics import metric_global, metric_localcontext
 from habana_frameworks.torch.hpu.random import (
     default_generators,
     get_rng_state,
@@ -47,13 +50,21 @@ from habana_frameworks.torch.hpu.random import (
 from habana_frameworks.torch.hpu.streams import (
     Event,
     Stream,
+    StreamContext,
     current_stream,
     default_stream,
+    get_stream_info,
+    is_lazy_mode,
+    record_stream,
     set_stream,
     stream,
 )
 
 _DeviceLike = Union[torch.device, str, int, None]
+
+# the environment variables naming the cards a process may use and the one it uses, on a Gaudi
+HABANA_VISIBLE_MODULES_VAR = "HABANA_VISIBLE_MODULES"
+HLS_MODULE_ID_VAR = "HLS_MODULE_ID"
 
 __all__ = [
     "Event",
@@ -76,6 +87,33 @@ __all__ = [
     "get_sync_debug_mode",
     "memory_summary",
     "memory_usage",
+    "metric_global",
+    "metric_localcontext",
+    "reset_accumulated_memory_stats",
+    "StreamContext",
+    "get_stream_info",
+    "is_lazy",
+    "is_lazy_mode",
+    "record_stream",
+    "BFloat16Tensor",
+    "BoolTensor",
+    "ByteTensor",
+    "CharTensor",
+    "DoubleTensor",
+    "FloatTensor",
+    "HalfTensor",
+    "IntTensor",
+    "LongTensor",
+    "ShortTensor",
+    "HABANA_VISIBLE_MODULES_VAR",
+    "HLS_MODULE_ID_VAR",
+    "disable_dynamic_shape",
+    "enable_dynamic_shape",
+    "get_dynamic_shape_status",
+    "getDeterministic",
+    "setDeterministic",
+    "get_gencode_flags",
+    "utilization",
     "recompute_sdp_enabled",
     "sdp_kernel",
     "set_rng_ctx",
@@ -155,7 +193,7 @@ def get_device_name(device: _DeviceLike = None) -> str:
     return virtual_hpu.config().generation
 
 
-def synchronize(device: _DeviceLike = None) -> None:
+def synchronize() -> None:
     """Work on the virtual device completes before each op returns: nothing to wait for."""
 
 
@@ -284,3 +322,86 @@ def _check_index(device: _DeviceLike) -> int:
     if not 0 <= index < device_count():
         raise ValueError(f"hpu:{index} does not exist: there are {device_count()} devices.")
     return index
+
+
+def is_lazy() -> bool:
+    """Whether lazy mode is on (``PT_HPU_LAZY_MODE``), as read at activation."""
+    from habana_frameworks.torch.core import is_lazy
+
+    return is_lazy()
+
+
+def utilization(device: _DeviceLike = None) -> int:
+    raise NotImplementedError(
+        "hpu.utilization reads the card's utilization from hl-smi (pyhlml), which the virtual Gaudi does not model;"
+        " call it on a Gaudi."
+    )
+
+
+def get_gencode_flags() -> str:
+    return ""
+
+
+def setDeterministic(val: bool) -> None:
+    """Deprecated in the bridge for ``torch.use_deterministic_algorithms``, which it calls."""
+    warnings.warn(
+        "torch.hpu.setDeterministic is deprecated: use torch.use_deterministic_algorithms", FutureWarning, stacklevel=2
+    )
+    torch.use_deterministic_algorithms(bool(val))
+
+
+def getDeterministic() -> bool:
+    warnings.warn(
+        "torch.hpu.getDeterministic is deprecated: use torch.are_deterministic_algorithms_enabled",
+        FutureWarning,
+        stacklevel=2,
+    )
+    return torch.are_deterministic_algorithms_enabled()
+
+
+class _DynamicShapes:
+    """Whether graphs are compiled for ranges of shapes (on a Gaudi); every shape runs on the virtual Gaudi."""
+
+    enabled = True
+
+
+def enable_dynamic_shape() -> None:
+    _DynamicShapes.enabled = True
+
+
+def disable_dynamic_shape() -> None:
+    _DynamicShapes.enabled = False
+
+
+def get_dynamic_shape_status() -> bool:
+    return _DynamicShapes.enabled
+
+
+class _TensorType(torch.Tensor):
+    """``torch.hpu.FloatTensor([...])`` and the other legacy typed constructors: a copy of the data on ``hpu``."""
+
+    dtype_of_type: torch.dtype
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> torch.Tensor:
+        for key, expected in (("device", "hpu"), ("dtype", cls.dtype_of_type)):
+            given = kwargs.pop(key, None)
+            if given is not None and given != expected:
+                raise RuntimeError(f"{cls.__name__} makes {expected} tensors, got {key}={given!r}.")
+        data = torch.tensor(*args, dtype=cls.dtype_of_type, device="hpu", **kwargs)
+        return torch.Tensor._make_subclass(cls, data)
+
+
+def _tensor_type(name: str, dtype: torch.dtype) -> type:
+    return type(name, (_TensorType,), {"dtype_of_type": dtype, "__module__": __name__})
+
+
+BFloat16Tensor = _tensor_type("BFloat16Tensor", torch.bfloat16)
+BoolTensor = _tensor_type("BoolTensor", torch.bool)
+ByteTensor = _tensor_type("ByteTensor", torch.uint8)
+CharTensor = _tensor_type("CharTensor", torch.int8)
+DoubleTensor = _tensor_type("DoubleTensor", torch.float64)
+FloatTensor = _tensor_type("FloatTensor", torch.float32)
+HalfTensor = _tensor_type("HalfTensor", torch.float16)
+IntTensor = _tensor_type("IntTensor", torch.int32)
+LongTensor = _tensor_type("LongTensor", torch.int64)
+ShortTensor = _tensor_type("ShortTensor", torch.int16)

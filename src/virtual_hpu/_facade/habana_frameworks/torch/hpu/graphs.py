@@ -48,10 +48,9 @@ class HPUGraph:
             self._recording.end(completed=False)
 
     def replay(self, asynchronous: bool = False) -> None:
-        """Run the captured work again, on the captured tensors."""
-        if self._recording is None:
-            raise RuntimeError("HPU Graph replay: nothing was captured into this HPUGraph")
-        self._recording.replay()
+        """Run the captured work again, on the captured tensors; nothing before the first capture, as on Gaudi."""
+        if self._recording is not None:
+            self._recording.replay()
 
     def replayV2(self, static_tlist: list[torch.Tensor], tlist: list[torch.Tensor], asynchronous: bool = False) -> None:
         """Replay with ``tlist`` copied into the captured inputs ``static_tlist`` first."""

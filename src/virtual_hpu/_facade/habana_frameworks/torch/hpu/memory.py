@@ -67,6 +67,13 @@ def mem_get_info(device: Any = None) -> tuple[int, int]:
     return stats["Limit"] - stats["InUse"], stats["Limit"]
 
 
+def reset_accumulated_memory_stats(device: Any = None) -> None:
+    raise NotImplementedError(
+        "hpu.reset_accumulated_memory_stats (clearing NumAllocs and NumFrees) is not modelled on the virtual Gaudi;"
+        " read memory_stats() before and after the code to measure instead."
+    )
+
+
 def memory_summary(device: Any = None) -> str:
     """The statistics of ``memory_stats``, one per line, bytes also in GiB."""
     index = _index(device)

@@ -4,6 +4,11 @@ from typing import Any, Optional
 
 import torch
 
+import virtual_hpu
+
+# the bridge's name for whether lazy mode is on (fixed when the device is activated)
+is_lazy_mode = virtual_hpu.config().lazy
+
 
 class Stream(torch.Stream):
     """An HPU stream; ``torch.Stream`` already does all a synchronous device needs."""
@@ -41,7 +46,7 @@ def set_stream(stream: Optional[torch.Stream]) -> None:
     """Select ``stream`` for the ops that follow; all streams are the same one on a synchronous device."""
 
 
-class stream:
+class StreamContext:
     """Context manager selecting a stream; a no-op on a device without concurrency."""
 
     def __init__(self, stream: Optional[torch.Stream]) -> None:
@@ -52,3 +57,18 @@ class stream:
 
     def __exit__(self, *exc: object) -> None:
         return None
+
+
+def stream(stream: Optional[torch.Stream]) -> StreamContext:
+    return StreamContext(stream)
+
+
+def record_stream(self: torch.Tensor, stream: torch.Stream) -> None:
+    """Mark the tensor ``self`` as used by ``stream``: nothing to track when every op completes before it returns."""
+
+
+def get_stream_info(stream: torch.Stream) -> str:
+    raise NotImplementedError(
+        "hpu.get_stream_info reports the state of a Gaudi's hardware stream, which the virtual Gaudi does not model"
+        " (its streams are synchronous); call it on a Gaudi."
+    )

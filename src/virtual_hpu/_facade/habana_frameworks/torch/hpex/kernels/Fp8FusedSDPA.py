@@ -38,7 +38,28 @@ def fp8_fused_sdpa(
     _not_modelled("fp8_fused_sdpa")
 
 
-def fp8_sdpa_fwd_wrapper(ctx, q, k, v, *args, **kwargs):
+def fp8_sdpa_fwd_wrapper(
+    ctx,
+    q,
+    k,
+    v,
+    attn_mask=None,
+    dropout_p=0.0,
+    is_causal=False,
+    scale=None,
+    softmax_mode="None",
+    d_scale_q=None,
+    d_scale_k=None,
+    d_scale_v=None,
+    q_scale_s=None,
+    q_scale_o=None,
+    d_scale_s=None,
+    is_amax_s=False,
+    is_amax_o=False,
+    valid_seq_len=None,
+    seq_padding_type="left",
+    recompute=None,
+):
     _not_modelled("fp8_sdpa_fwd_wrapper")
 
 
