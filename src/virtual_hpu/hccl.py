@@ -73,18 +73,40 @@ def initialize_distributed_hpu(
     Given all three values, they are written to ``WORLD_SIZE``, ``RANK`` and ``LOCAL_RANK`` first. Otherwise the
     values come from those variables, or from Open MPI's ``OMPI_COMM_WORLD_{SIZE,RANK,LOCAL_RANK}`` (copied over when
     the former are not all set); ``MASTER_ADDR`` and ``MASTER_PORT`` default to ``localhost`` and ``12345``.
-    Unset values read as world size 1 and ranks -1, as on Habana's stack. Unlike Habana's module, importing the
-    facade does not call this: the environment changes only when you do.
+    Unset values read as world size 1 and ranks -1, as on Habana's stack. As there, a process of a run over several
+    processes takes the card of its local rank (``HLS_MODULE_ID``, unless set), the local rank-th of
+    ``HABANA_VISIBLE_MODULES`` when that is set, and fails with an ``AssertionError`` when it lists too few; ``ID``
+    is the rank. Unlike Habana's module, importing the facade does not call this: the environment changes only when
+    you do.
     """
     if world_size is not None and rank is not None and local_rank is not None:
         os.environ.update(WORLD_SIZE=str(world_size), RANK=str(rank), LOCAL_RANK=str(local_rank))
     else:
         _environment_from_mpi()
-    return (
-        int(os.environ.get("WORLD_SIZE", 1)),
-        int(os.environ.get("RANK", -1)),
-        int(os.environ.get("LOCAL_RANK", -1)),
+    world_size = int(os.environ.get("WORLD_SIZE", 1))
+    rank = int(os.environ.get("RANK", -1))
+    local_rank = int(os.environ.get("LOCAL_RANK", -1))
+    if local_rank != -1 and world_size != 1:
+        _take_module(local_rank)
+    if rank != -1:
+        os.environ["ID"] = str(rank)
+    return world_size, rank, local_rank
+
+
+def _take_module(local_rank: int) -> None:
+    """The card of this local rank, as Habana's stack picks it (a module id set already is kept)."""
+    if "HLS_MODULE_ID" in os.environ:
+        return
+    visible = os.environ.get("HABANA_VISIBLE_MODULES")
+    if visible is None:
+        os.environ["HLS_MODULE_ID"] = str(local_rank)
+        return
+    modules = visible.split(",")
+    # Habana's words and exception type, which launch scripts may look for
+    assert local_rank < len(modules), (
+        "There is not enough devices available for training. Please verify if HABANA_VISIBLE_MODULES is set correctly."
     )
+    os.environ["HLS_MODULE_ID"] = modules[local_rank]
 
 
 _MPI_VARIABLES = {

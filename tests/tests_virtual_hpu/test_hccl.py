@@ -358,3 +358,32 @@ def test_initialize_distributed_hpu(monkeypatch):
 
     assert initialize_distributed_hpu(world_size=2, rank=1, local_rank=0) == (2, 1, 0)
     assert (os.environ["WORLD_SIZE"], os.environ["RANK"], os.environ["LOCAL_RANK"]) == ("2", "1", "0")
+
+
+def test_initialize_distributed_hpu_takes_the_card_of_the_local_rank_as_habanas_stack_does(monkeypatch):
+    from habana_frameworks.torch.distributed.hccl import initialize_distributed_hpu
+
+    names = ("WORLD_SIZE", "RANK", "LOCAL_RANK", "HLS_MODULE_ID", "HABANA_VISIBLE_MODULES", "ID")
+    monkeypatch.setattr(os, "environ", {k: v for k, v in os.environ.items() if k not in names and "OMPI" not in k})
+    assert initialize_distributed_hpu() == (1, -1, -1)
+    assert "HLS_MODULE_ID" not in os.environ and "ID" not in os.environ  # one process: any card
+
+    initialize_distributed_hpu(world_size=4, rank=3, local_rank=3)
+    assert (os.environ["HLS_MODULE_ID"], os.environ["ID"]) == ("3", "3")
+
+    del os.environ["HLS_MODULE_ID"]
+    os.environ["HABANA_VISIBLE_MODULES"] = "4,5,6,7"
+    initialize_distributed_hpu(world_size=4, rank=2, local_rank=2)
+    assert os.environ["HLS_MODULE_ID"] == "6"
+    initialize_distributed_hpu(world_size=4, rank=3, local_rank=3)
+    assert os.environ["HLS_MODULE_ID"] == "6"  # a module id set already is kept
+
+    # more processes on the node than visible cards
+    del os.environ["HLS_MODULE_ID"]
+    os.environ["HABANA_VISIBLE_MODULES"] = "4,5"
+    with pytest.raises(
+        AssertionError,
+        match=r"^There is not enough devices available for training\. Please verify if"
+        r" HABANA_VISIBLE_MODULES is set correctly\.$",
+    ):
+        initialize_distributed_hpu(world_size=4, rank=2, local_rank=2)
