@@ -26,9 +26,9 @@ class FusedRMSNorm(torch.autograd.Function):
         return (x * inverse_rms * gamma.float()).to(data_in.dtype)
 
     @staticmethod
-    def backward(ctx, grad_out):
+    def backward(ctx, root_mean_square_norm_grad_in):
         inverse_rms, data_in, gamma = ctx.saved_tensors
-        x, grad = data_in.float(), grad_out.float()
+        x, grad = data_in.float(), root_mean_square_norm_grad_in.float()
         normalized = x * inverse_rms
         grad_normalized = grad * gamma.float()
         # d(x r)/dx with r = (mean(x²) + eps)^-1/2: r (g - x̂ mean(g x̂)) for the upstream gradient g

@@ -6,7 +6,13 @@ import torch
 from torch.optim import Optimizer
 
 from habana_frameworks.torch.core import step_closure
-from habana_frameworks.torch.hpex.optimizers._adamw_update import MomentsDtype, adamw_, in_fp8, init_state
+from habana_frameworks.torch.hpex.optimizers._adamw_update import (
+    MomentsDtype,
+    adamw_,
+    in_fp8,
+    init_state,
+    moment_dtypes,
+)
 
 
 class FusedAdamW(Optimizer):
@@ -72,6 +78,14 @@ class FusedAdamW(Optimizer):
         if "bias_correction" in group:
             return group["bias_correction"]
         return group.get("correct_bias", True)
+
+    def get_moment_dtypes(self, param_dtype: torch.dtype) -> tuple[torch.dtype, torch.dtype]:
+        """The dtypes of the first and second moments of a parameter of ``param_dtype``."""
+        return moment_dtypes(self.moments_dtype, param_dtype)
+
+    def check_moments_in_fp8(self) -> bool:
+        """Whether a moment is kept in fp8."""
+        return in_fp8(self.moments_dtype)
 
 
 def _check_adam_arguments(lr: float, betas: tuple[float, float], eps: float) -> None:

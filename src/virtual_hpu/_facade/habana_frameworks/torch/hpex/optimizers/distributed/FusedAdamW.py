@@ -5,7 +5,13 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from habana_frameworks.torch.hpex.optimizers._adamw_update import MomentsDtype, adamw_, in_fp8, init_state
+from habana_frameworks.torch.hpex.optimizers._adamw_update import (
+    MomentsDtype,
+    adamw_,
+    in_fp8,
+    init_state,
+    moment_dtypes,
+)
 from habana_frameworks.torch.hpex.optimizers.FusedAdamW import _check_adam_arguments
 
 
@@ -70,3 +76,11 @@ class FusedAdamW:
                 weight_decay=self.defaults["weight_decay"],
                 bias_correction=True,
             )
+
+    def get_moment_dtypes(self, param_dtype: torch.dtype) -> tuple[torch.dtype, torch.dtype]:
+        """The dtypes of the first and second moments of a parameter of ``param_dtype``."""
+        return moment_dtypes(self.moments_dtype, param_dtype)
+
+    def check_moments_in_fp8(self) -> bool:
+        """Whether a moment is kept in fp8."""
+        return in_fp8(self.moments_dtype)
