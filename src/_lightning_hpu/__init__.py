@@ -1,53 +1,83 @@
-"""Lightning Fabric on Intel Gaudi, for code that imports only ``lightning``.
+"""Lightning's ``Trainer`` and ``Fabric`` on Intel Gaudi, for code that imports only ``lightning``.
 
-``lightning.fabric.Fabric`` resolves its flags with upstream's ``lightning.fabric.connector._Connector``. It accepts an
-accelerator from its registry, but ``accelerator="auto"``, the strategy names (``"ddp"``, ``"deepspeed"``) and the
-precision flags are resolved for TPU, MPS, CUDA and CPU only, with no extension point for another device. Our
-``Trainer`` subclass resolves HPU flags into the instances upstream accepts before upstream's connector sees them.
-Fabric is used directly, so the same resolution comes in through its connector: Fabric builds
-:class:`_lightning_hpu.connector.HPUConnector`, upstream's connector with the HPU flags resolved first
-(:mod:`lightning_fabric.hpu_flags`).
+Upstream's ``lightning.Trainer`` and ``lightning.Fabric`` resolve their flags with a connector each
+(``lightning.pytorch.trainer.connectors.accelerator_connector._AcceleratorConnector`` and
+``lightning.fabric.connector._Connector``). They accept an accelerator from their registries, but
+``accelerator="auto"``, the strategy names (``"ddp"``, ``"deepspeed"``) and the precision flags are resolved for TPU,
+MPS, CUDA and CPU only, with no extension point for another device. Each has an HPU subclass that resolves the HPU flags
+into the instances upstream accepts, then lets upstream's connector run:
+:class:`_lightning_hpu.accelerator_connector.HPUAcceleratorConnector` (:mod:`pytorch_lightning.trainer.hpu_flags`) and
+:class:`_lightning_hpu.connector.HPUConnector` (:mod:`lightning_fabric.hpu_flags`). Our ``pytorch_lightning.Trainer``
+is upstream's Trainer, so it resolves its flags through the same connector.
 
-How it gets there: this distribution registers :func:`autoload` in the ``torch.backends`` entry-point group, PyTorch's
+How they get there: this distribution registers :func:`autoload` in the ``torch.backends`` entry-point group, PyTorch's
 device-backend autoload, which Intel's Gaudi bridge uses to load itself. PyTorch calls it at the end of
-``import torch`` in every process (``python script.py``, the processes ``fabric.launch()`` and ``torchrun`` start, a
-library that imports only ``lightning``, which imports torch first). When a Gaudi is present (Intel's
-``habana_frameworks`` installed, or the virtual Gaudi asked for with ``VIRTUAL_HPU=1``), it has the name ``_Connector``
-refer to ``HPUConnector`` in upstream's connector module as soon as that module has run, and in the Fabric module if
-that has already bound it; without a Gaudi it returns at once and nothing changes. ``TORCH_DEVICE_BACKEND_AUTOLOAD=0``
-turns it off with every other backend's autoload; importing ``lightning_fabric`` then does the same.
+``import torch`` in every process (``python script.py``, the processes Lightning's launchers, ``fabric run`` and
+``torchrun`` start, a library that imports only ``lightning``, which imports torch first). When a Gaudi is present
+(Intel's ``habana_frameworks`` installed, or the virtual Gaudi asked for with ``VIRTUAL_HPU=1``), it has each
+connector's name refer to its HPU subclass in upstream's connector module as soon as that module has run, and in the
+module that builds the connector (the Trainer's, Fabric's) if that has already bound it; without a Gaudi it returns at
+once and nothing changes. ``TORCH_DEVICE_BACKEND_AUTOLOAD=0`` turns it off with every other backend's autoload;
+importing ``pytorch_lightning`` or ``lightning_fabric`` then does the same (:func:`install`).
 
-This rebinding of one upstream name is the only place the project changes what an upstream module refers to; a
+This rebinding of two upstream names is the only place the project changes what an upstream module refers to; a
 contract test pins what it relies on (``tests/tests_pytorch/test_upstream_contracts.py``). This module imports only
 the standard library: it runs inside ``import torch``, before ``lightning`` is imported.
 """
 
+import importlib
 import importlib.abc
 import importlib.machinery
 import importlib.util
 import os
 import sys
 from types import ModuleType
-from typing import Optional, Sequence
+from typing import NamedTuple, Optional, Sequence
 
-_CONNECTOR_MODULE = "lightning.fabric.connector"
-_FABRIC_MODULE = "lightning.fabric.fabric"
+
+class _Rebinding(NamedTuple):
+    """Upstream's connector ``name`` in ``module``, built by ``user``, and our subclass ``hpu`` (``module:class``)."""
+
+    module: str
+    name: str
+    user: str
+    hpu: str
+
+
+_REBINDINGS = (
+    _Rebinding(
+        "lightning.fabric.connector", "_Connector", "lightning.fabric.fabric", "_lightning_hpu.connector:HPUConnector"
+    ),
+    _Rebinding(
+        "lightning.pytorch.trainer.connectors.accelerator_connector",
+        "_AcceleratorConnector",
+        "lightning.pytorch.trainer.trainer",
+        "_lightning_hpu.accelerator_connector:HPUAcceleratorConnector",
+    ),
+)
 
 
 def autoload() -> None:
-    """When a Gaudi is present, have Fabric resolve HPU flags, and silence the known messages of dependencies that do
-    not concern the user's run (:mod:`_lightning_hpu.console`) before any of them is imported; called by
-    ``import torch``."""
-    if not gaudi_present():
-        return
+    """When a Gaudi is present, :func:`install`; called by ``import torch``."""
+    if gaudi_present():
+        install()
+
+
+def install() -> None:
+    """Have the Trainer and Fabric resolve HPU flags, and silence the known messages of dependencies that do not
+    concern the user's run (:mod:`_lightning_hpu.console`) before any of them is imported."""
     from _lightning_hpu import console
 
     console.quiet_known_noise()
-    connector = sys.modules.get(_CONNECTOR_MODULE)
-    if connector is not None and hasattr(connector, "_Connector"):
-        _use_hpu_connector(connector)
-    elif not any(isinstance(finder, _AfterConnectorImport) for finder in sys.meta_path):
-        sys.meta_path.insert(0, _AfterConnectorImport())
+    pending = []
+    for rebinding in _REBINDINGS:
+        module = sys.modules.get(rebinding.module)
+        if module is not None and hasattr(module, rebinding.name):
+            _use_hpu_connector(rebinding, module)
+        else:
+            pending.append(rebinding)
+    if pending and not any(isinstance(finder, _AfterConnectorImport) for finder in sys.meta_path):
+        sys.meta_path.insert(0, _AfterConnectorImport(pending))
 
 
 def gaudi_present() -> bool:
@@ -57,33 +87,40 @@ def gaudi_present() -> bool:
     return importlib.util.find_spec("habana_frameworks") is not None
 
 
-def _use_hpu_connector(connector: ModuleType) -> None:
-    from _lightning_hpu.connector import HPUConnector
-
-    for module in (connector, sys.modules.get(_FABRIC_MODULE)):
-        if module is not None and getattr(module, "_Connector", None) is HPUConnector.__base__:
-            module._Connector = HPUConnector  # type: ignore[attr-defined]
+def _use_hpu_connector(rebinding: _Rebinding, connector: ModuleType) -> None:
+    module_name, class_name = rebinding.hpu.split(":")
+    hpu = getattr(importlib.import_module(module_name), class_name)
+    for module in (connector, sys.modules.get(rebinding.user)):
+        if module is not None and getattr(module, rebinding.name, None) is hpu.__base__:
+            setattr(module, rebinding.name, hpu)
 
 
 class _AfterConnectorImport(importlib.abc.MetaPathFinder):
-    """Finds upstream's connector module as the import system would, and has it use ``HPUConnector`` once it has
-    run; then steps aside."""
+    """Finds upstream's connector modules as the import system would, and has each use its HPU subclass once it has
+    run; steps aside after the last one."""
+
+    def __init__(self, pending: list[_Rebinding]) -> None:
+        self._pending = {rebinding.module: rebinding for rebinding in pending}
 
     def find_spec(
         self, fullname: str, path: Optional[Sequence[str]], target: Optional[ModuleType] = None
     ) -> Optional[importlib.machinery.ModuleSpec]:
-        if fullname != _CONNECTOR_MODULE:
+        rebinding = self._pending.pop(fullname, None)
+        if rebinding is None:
             return None
-        sys.meta_path.remove(self)
+        if not self._pending:
+            sys.meta_path.remove(self)
+        # our finder no longer answers for it: the others find it as the import system would
         spec = importlib.util.find_spec(fullname)
         if spec is not None and spec.loader is not None:
-            spec.loader = _ThenUseHPUConnector(spec.loader)
+            spec.loader = _ThenUseHPUConnector(spec.loader, rebinding)
         return spec
 
 
 class _ThenUseHPUConnector(importlib.abc.Loader):
-    def __init__(self, loader: importlib.abc.Loader) -> None:
+    def __init__(self, loader: importlib.abc.Loader, rebinding: _Rebinding) -> None:
         self._loader = loader
+        self._rebinding = rebinding
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> Optional[ModuleType]:
         return self._loader.create_module(spec)
@@ -92,4 +129,4 @@ class _ThenUseHPUConnector(importlib.abc.Loader):
         # the module keeps its own loader (source lookups, reloads)
         module.__loader__ = module.__spec__.loader = self._loader  # type: ignore[union-attr]
         self._loader.exec_module(module)
-        _use_hpu_connector(module)
+        _use_hpu_connector(self._rebinding, module)

@@ -21,7 +21,8 @@ _aliasing.install()
 
 from lightning.fabric import *  # noqa: E402, F403
 
-# also when PyTorch's device-backend autoload, which does it otherwise, is turned off
-_lightning_hpu.autoload()
+# also when PyTorch's device-backend autoload, which does it otherwise, is turned off or no Gaudi is present (HPU
+# flags then fail clearly)
+_lightning_hpu.install()
 
 _aliasing.extend_upstream(__name__, _upstream)

@@ -6,17 +6,24 @@ CUDA's plugins. ``_lightning_hpu.connector.HPUConnector`` calls :func:`resolve_h
 runs; HPU misconfigurations fail here, before any work.
 """
 
-from typing import Any, Union
+from typing import Any, Optional, Union
 
 from lightning.fabric.plugins.precision import DeepSpeedPrecision, FSDPPrecision, MixedPrecision, Precision
-from lightning.fabric.strategies import STRATEGY_REGISTRY, FSDPStrategy, Strategy
+from lightning.fabric.strategies import STRATEGY_REGISTRY, Strategy
 
 from lightning_fabric.plugins.precision import HPUDeepSpeedPrecision, HPUFSDPPrecision, HPUPrecision
 from lightning_fabric.plugins.precision.hpu import FabricHooks
 from lightning_fabric.strategies import HPUDeepSpeedStrategy, HPUFSDPStrategy, HPUParallelStrategy, SingleHPUStrategy
 from pytorch_lightning.accelerators.hpu import HPUAccelerator
 from pytorch_lightning.strategies._hpu import _HPUStrategyMixin
-from pytorch_lightning.strategies._hpu_choice import CUDA_NAMES, StrategyChoice, as_list
+from pytorch_lightning.strategies._hpu_choice import (
+    CUDA_NAMES,
+    StrategyChoice,
+    as_list,
+    counterparts,
+    first_devices,
+    refuse_another_precision_flag,
+)
 from pytorch_lightning.strategies.hpu_deepspeed import hpu_name_of
 
 # the HPU strategy rules, with Fabric's registry and classes
@@ -28,6 +35,7 @@ _CHOICE = StrategyChoice(
     single=SingleHPUStrategy.strategy_name,
     parallel=HPUParallelStrategy.strategy_name,
     error=ValueError,
+    counterparts=counterparts(SingleHPUStrategy, HPUParallelStrategy, HPUDeepSpeedStrategy, HPUFSDPStrategy),
 )
 # Fabric's fp8 flag on CUDA (NVIDIA's Transformer Engine) is fp8 with Gaudi's
 _CUDA_PRECISIONS = {"transformer-engine": "fp8"}
@@ -40,26 +48,26 @@ def resolve_hpu_flags(flags: dict[str, Any]) -> dict[str, Any]:
         return flags
     if isinstance(strategy, str):
         strategy = hpu_name_of(strategy) or CUDA_NAMES.get(strategy, strategy)
-    elif type(strategy) is FSDPStrategy:
-        strategy = HPUFSDPStrategy.from_upstream(strategy)
+    else:
+        strategy = _CHOICE.convert(strategy)
     if not HPUAccelerator.is_available():
         raise RuntimeError(
             "`Fabric(accelerator='hpu')` was requested but no Intel Gaudi is available: the `habana_frameworks`"
             " package is not installed or sees no device. Install the Intel Gaudi software stack, or set"
             " `VIRTUAL_HPU=1` to run on the virtual Gaudi."
         )
-    single_by_name = _CHOICE.is_single(strategy) and flags["devices"] == "auto"
-    devices = 1 if single_by_name else HPUAccelerator.parse_devices(flags["devices"])
+    devices = _CHOICE.devices(strategy, first_devices(flags["devices"], "Fabric", ValueError))
     hpu_strategy = _CHOICE.choose(strategy, devices, flags["num_nodes"], chosen_by_auto=accelerator == "auto")
     precision = flags["precision"]
     if isinstance(precision, str):
         precision = _CUDA_PRECISIONS.get(precision, precision)
+    family = _precision_family(hpu_strategy)
     return {
         **flags,
-        "accelerator": accelerator if isinstance(accelerator, HPUAccelerator) else HPUAccelerator(),
+        "accelerator": _CHOICE.accelerator(accelerator, hpu_strategy),
         "devices": devices,
         "strategy": hpu_strategy,
-        **_hpu_precision(precision, as_list(flags["plugins"]), _precision_family(hpu_strategy)),
+        **_hpu_precision(precision, as_list(flags["plugins"]), family, _strategy_precision(hpu_strategy, family)),
     }
 
 
@@ -77,10 +85,26 @@ def _precision_family(strategy: Union[str, Strategy]) -> type[Precision]:
     return next((family for owner, family in _FAMILIES.items() if issubclass(strategy_class, owner)), HPUPrecision)
 
 
-def _hpu_precision(precision: Any, plugins: list[Any], family: type[Precision]) -> dict[str, Any]:
+def _strategy_precision(strategy: Union[str, Strategy], family: type[Precision]) -> Optional[Precision]:
+    """The precision plugin a strategy instance carries (``SingleHPUStrategy(precision=...)``), made the HPU plugin of
+    its family in place, as upstream's connector later sets its own on the strategy."""
+    plugin = getattr(strategy, "_precision", None)
+    if plugin is None:
+        return None
+    strategy.precision = _as_hpu_plugin(plugin, family)  # type: ignore[union-attr]
+    return strategy.precision  # type: ignore[union-attr]
+
+
+def _hpu_precision(
+    precision: Any, plugins: list[Any], family: type[Precision], on_strategy: Optional[Precision]
+) -> dict[str, Any]:
     """The HPU precision plugin of the strategy's family (DeepSpeed's leaves backward and the step to its engine,
-    FSDP's sets the dtypes of the shards)."""
+    FSDP's sets the dtypes of the shards), unless the strategy carries one (``on_strategy``)."""
     precision_plugins = [plugin for plugin in plugins if isinstance(plugin, Precision)]
+    if on_strategy is not None:
+        # upstream reports a plugin given both ways; a flag would be ignored
+        refuse_another_precision_flag(precision, on_strategy, "Fabric", ValueError)
+        return {"precision": None, "plugins": plugins}
     if not precision_plugins:
         plugin = family("32-true" if precision is None else precision)
         return {"precision": None, "plugins": [*plugins, plugin]}

@@ -91,6 +91,45 @@ def test_fabric_builds_the_connector_named_in_its_module():
     assert inspect.signature(HPUConnector.__init__) == inspect.signature(upstream.__init__), message
 
 
+def test_trainer_builds_the_connector_named_in_its_module():
+    """``_lightning_hpu``: every Trainer (``lightning.Trainer``, ours) resolves HPU flags because its module's name
+    ``_AcceleratorConnector`` is made to refer to ``HPUAcceleratorConnector``, a subclass of upstream's connector taking
+    the same arguments; upstream's default progress bars are the ones our Trainer replaces on HPUs."""
+    import lightning.pytorch.trainer.trainer as trainer_module
+    from lightning.pytorch.trainer.connectors.callback_connector import _CallbackConnector
+
+    from _lightning_hpu.accelerator_connector import HPUAcceleratorConnector
+
+    message = "the Trainer no longer builds `_AcceleratorConnector(...)` from its module: re-check src/_lightning_hpu"
+    assert _called_in(trainer_module.Trainer.__init__, "self._accelerator_connector = _AcceleratorConnector("), message
+    upstream = HPUAcceleratorConnector.__base__
+    assert (upstream.__module__, upstream.__name__) == (
+        "lightning.pytorch.trainer.connectors.accelerator_connector",
+        "_AcceleratorConnector",
+    ), message
+    assert inspect.signature(HPUAcceleratorConnector.__init__) == inspect.signature(upstream.__init__), message
+    assert _called_in(_CallbackConnector._configure_progress_bar, "RichProgressBar() if _RICH_AVAILABLE else TQDM"), (
+        "upstream's default progress bar changed: re-check _HPU_PROGRESS_BARS in trainer/trainer.py"
+    )
+
+
+def test_fabric_connector_reads_the_cli_variables_through_one_method():
+    """``_lightning_hpu/connector.py``: ``HPUConnector`` applies the ``LT_*`` variables of ``fabric run`` with
+    upstream's ``_Connector._argument_from_env`` before resolving, and overrides it so that upstream does not read them
+    again: upstream's ``__init__`` must read each flag through ``self._argument_from_env``."""
+    from _lightning_hpu.connector import HPUConnector
+
+    # the module's name now refers to our subclass
+    _Connector = HPUConnector.__base__
+    for flag in ("accelerator", "strategy", "devices", "num_nodes", "precision"):
+        assert _called_in(_Connector.__init__, f'self._argument_from_env("{flag}", {flag}, default='), (
+            f"upstream's _Connector no longer reads LT_{flag.upper()} through self._argument_from_env: re-check"
+            " src/_lightning_hpu/connector.py"
+        )
+    assert isinstance(inspect.getattr_static(_Connector, "_argument_from_env"), staticmethod)
+    assert list(inspect.signature(_Connector._argument_from_env).parameters) == ["name", "current", "default"]
+
+
 def _statements(method) -> list[str]:
     """The top-level statements of ``method``'s body, unparsed (docstring and formatting aside)."""
     function = ast.parse(textwrap.dedent(inspect.getsource(method))).body[0]
@@ -213,10 +252,32 @@ PRIVATE_NAMES = [
     ),
     (
         "lightning",
-        "lightning.pytorch.callbacks.progress.rich_progress",
-        "_RICH_AVAILABLE",
-        "trainer/hpu_flags.py",
-        "which progress bar to default to",
+        "lightning.pytorch.trainer.connectors.accelerator_connector",
+        "_AcceleratorConnector",
+        "_lightning_hpu",
+        "the Trainer's connector, subclassed",
+    ),
+    (
+        "lightning",
+        "lightning.pytorch.trainer.connectors.accelerator_connector",
+        "_LITERAL_WARN",
+        "_lightning_hpu/accelerator_connector.py",
+        "argument types",
+    ),
+    (
+        "lightning",
+        "lightning.pytorch.trainer.connectors.accelerator_connector",
+        "_PRECISION_INPUT",
+        "_lightning_hpu/accelerator_connector.py",
+        "argument types",
+    ),
+    ("lightning", "lightning.pytorch.plugins", "_PLUGIN_INPUT", "_lightning_hpu/accelerator_connector.py", "types"),
+    (
+        "lightning",
+        "lightning.fabric.connector",
+        "_convert_precision_to_unified_args",
+        "strategies/_hpu_choice.py",
+        "a precision flag compared with the strategy's plugin",
     ),
     ("lightning", "lightning.pytorch.profilers.pytorch", "_KINETO_AVAILABLE", "profilers/hpu.py", "trace support"),
     (

@@ -4,7 +4,8 @@ lazy-mode graph cuts, and (for the strategies that start one process per HPU) HC
 import atexit
 import copy
 import gc
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, Callable, Optional, Union
 
 import torch
@@ -57,6 +58,26 @@ class _HPUStrategyMixin:
         if isinstance(accelerator, HPUAccelerator):
             accelerator.attach_hpu_strategy()
         self._accelerator = accelerator
+
+    @classmethod
+    def from_upstream(cls, strategy: Any) -> Any:
+        """This strategy with every setting of an instance of its upstream base class, as a script moved from CUDA
+        passes one (``DDPStrategy(find_unused_parameters=True)``, ``DeepSpeedStrategy(stage=3)``, ...); the instance
+        itself is left as it is. Its devices become the HPUs of the same indices, CUDA's NCCL backend HCCL."""
+        # what the HPU class adds to its upstream base comes from its own defaults, the rest from the user's instance
+        hpu = cls()
+        vars(hpu).update(copy.copy(vars(strategy)))
+        root_device = vars(hpu).get("_root_device")
+        if root_device is not None and root_device.type != "hpu":
+            hpu._root_device = torch.device("hpu", root_device.index or 0)
+        parallel_devices = vars(hpu).get("_parallel_devices")
+        if parallel_devices:
+            hpu.parallel_devices = [
+                device if device.type == "hpu" else torch.device("hpu", device.index) for device in parallel_devices
+            ]
+        if vars(hpu).get("_process_group_backend") == "nccl":
+            hpu._process_group_backend = None
+        return hpu
 
     def _setup_hpu(self) -> None:
         """The first step of every HPU strategy's set-up, before the accelerator's ``setup_device``."""
@@ -116,6 +137,8 @@ class _HPUTrainerStrategyMixin(_HPUStrategyMixin):
         """Once the process group is up: with several processes, the ranks' host-side agreement on SIGTERM."""
         if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
             self.sigterm_agreement = SigtermAgreement()
+            # its group lives as long as the process group, which must end before the interpreter does
+            _destroy_process_group_at_exit()
 
     def teardown(self) -> None:
         if self.sigterm_agreement is not None:
@@ -125,6 +148,8 @@ class _HPUTrainerStrategyMixin(_HPUStrategyMixin):
 
     def on_exception(self, exception: BaseException) -> None:
         super().on_exception(exception)  # type: ignore[misc]
+        if self.sigterm_agreement is not None:
+            self.sigterm_agreement.abandon()
         # the plugin then leaves what the run gathered unpublished (fp8 measurements)
         if isinstance(self.precision_plugin, HPUPrecisionPlugin):  # type: ignore[attr-defined]
             self.precision_plugin.on_exception(exception)  # type: ignore[attr-defined]
@@ -147,8 +172,7 @@ class _HPUTrainerStrategyMixin(_HPUStrategyMixin):
 
 class _HPUParallelDevicesMixin:
     """Mixed into each HPU strategy that runs one process per HPU, before its upstream base class: HCCL as the process
-    group backend and for reductions, indexed parallel devices, and the HPU strategy made from an instance of the
-    upstream one.
+    group backend and for reductions, and indexed parallel devices.
 
     ``parallel_devices=[torch.device("hpu")] * n`` is the documented way to ask for ``n`` HPUs: a device without an
     index stands for the one at its position, the device of the process with that local rank. Indexed here, because
@@ -158,15 +182,7 @@ class _HPUParallelDevicesMixin:
     _parallel_devices: Optional[list[torch.device]]
     process_group_backend: Optional[str]
     accelerator: Any
-
-    @classmethod
-    def from_upstream(cls, strategy: Any) -> Any:
-        """This strategy with every setting of an instance of its upstream base class, as a script moved from CUDA
-        passes one; the instance itself is left as it is."""
-        hpu = cls.__new__(cls)
-        # everything the user configured lives in the instance; the HPU classes add no state of their own to it
-        vars(hpu).update(copy.copy(vars(strategy)))
-        return hpu
+    root_device: torch.device
 
     def _get_process_group_backend(self) -> str:
         # upstream's default for a device other than CUDA is gloo
@@ -190,6 +206,12 @@ class _HPUParallelDevicesMixin:
 
     # Fabric's name for the Trainer's ``reduce``
     all_reduce = reduce
+
+    def barrier(self, *args: Any, **kwargs: Any) -> None:
+        # the process group is not bound to the HPU (see ``hccl_process_group``): name it, as upstream does for NCCL,
+        # rather than have torch guess it (and warn)
+        if dist.is_available() and dist.is_initialized():
+            dist.barrier(device_ids=[self.root_device.index])
 
     @property
     def parallel_devices(self) -> Optional[list[torch.device]]:
@@ -248,6 +270,28 @@ def _indexed_hpu_devices(devices: Sequence[Union[torch.device, str, int]], owner
             " once; each process needs its own. Pass distinct indices, or devices without an index."
         )
     return indexed
+
+
+@contextmanager
+def hccl_process_group() -> Iterator[None]:
+    """Around upstream's set-up of the process group, in each HPU strategy that starts one process per HPU.
+
+    Before it, HCCL is registered with ``torch.distributed`` (by importing the bridge's module). After it, a group this
+    set-up created is left unbound, as Intel's examples and lightning-habana create it: Lightning binds the group to
+    the rank's device (``init_process_group(device_id=...)``), and torch then asks every later group for a backend of
+    that device. Gloo serves no HPU, so ``new_group(backend="gloo")`` fails (Lightning's own, around ``prepare_data``
+    and in ``Fabric.rank_zero_first``, as libraries' CPU groups do), and ``DeviceMesh`` splits its groups from the
+    bound one, which HCCL cannot. A group the user created is left as it is. Either way the group is destroyed when
+    the interpreter exits.
+    """
+    # importing it registers the "hccl" backend with torch.distributed
+    import habana_frameworks.torch.distributed.hccl  # noqa: F401
+
+    created = not dist.is_initialized()
+    yield
+    if created and dist.is_initialized():
+        dist.GroupMember.WORLD.bound_device_id = None  # type: ignore[union-attr]
+    _destroy_process_group_at_exit()
 
 
 def _destroy_process_group_at_exit() -> None:

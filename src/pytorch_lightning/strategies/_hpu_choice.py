@@ -1,11 +1,11 @@
 """Which HPU strategy a set of flags asks for: the rules the Trainer's and Fabric's flag resolution share.
 
 Each of them has its own registry, strategy classes and error type; :class:`StrategyChoice` holds those and applies
-the same rules: when the flags involve an HPU, which strategy ``"auto"`` means, and which combinations are refused
-before any work.
+the same rules: when the flags involve an HPU, which strategy ``"auto"`` means, which HPU strategy an upstream
+strategy instance becomes, and which combinations are refused before any work.
 """
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Union
 
@@ -32,6 +32,7 @@ class StrategyChoice:
         hpu_base: the class every HPU strategy of it derives from.
         single, parallel: the names of its one-device and data-parallel HPU strategies.
         error: the exception it raises for a misconfiguration.
+        counterparts: upstream strategy class -> the HPU strategy class derived from it (see :func:`counterparts`).
     """
 
     owner: str
@@ -41,6 +42,14 @@ class StrategyChoice:
     single: str
     parallel: str
     error: type[Exception]
+    counterparts: Mapping[type, type]
+
+    def convert(self, strategy: Any) -> Any:
+        """An instance of an upstream strategy with an HPU counterpart (``DDPStrategy(find_unused_parameters=True)``,
+        ``DeepSpeedStrategy(stage=3)``, ...) becomes that HPU strategy with the same settings; anything else is
+        returned as it is."""
+        hpu_class = self.counterparts.get(type(strategy))
+        return strategy if hpu_class is None else hpu_class.from_upstream(strategy)
 
     def uses_hpu(self, accelerator: Any, strategy: Any) -> bool:
         """Whether these flags involve an HPU; an HPU strategy with another accelerator is refused."""
@@ -69,6 +78,35 @@ class StrategyChoice:
         strategy_class = self.registry[self.single]["strategy"]
         return isinstance(strategy, strategy_class) or strategy == self.single
 
+    def devices(self, strategy: Any, devices: Any) -> int:
+        """The number of HPUs per node: what the ``devices`` flag asks for, or the strategy's own devices when the
+        count is left to us (one for the single-device strategy, its ``parallel_devices`` if it carries them)."""
+        own = getattr(strategy, "parallel_devices", None) if isinstance(strategy, self.strategy_base) else None
+        if own:
+            if devices != "auto" and HPUAccelerator.parse_devices(devices) != len(own):
+                raise self.error(
+                    f"`{self.owner}(devices={devices!r})` asks for another number of HPUs than the"
+                    f" {len(own)} `parallel_devices` of `strategy={describe(strategy)}`. Pass one of them only."
+                )
+            return len(own)
+        if self.is_single(strategy) and devices == "auto":
+            return 1
+        return HPUAccelerator.parse_devices(devices)
+
+    def accelerator(self, accelerator: Any, strategy: Any) -> Any:
+        """The accelerator flag for upstream's connector: ``"auto"`` when the strategy instance carries the HPU
+        accelerator (upstream takes it from there and refuses it given twice), else an ``HPUAccelerator``."""
+        carried = vars(strategy).get("_accelerator") if isinstance(strategy, self.strategy_base) else None
+        if isinstance(carried, HPUAccelerator):
+            return "auto"
+        if carried is not None:
+            raise self.error(
+                f"`{self.owner}(accelerator={describe(accelerator)}, strategy={describe(strategy)})`: the strategy"
+                f" carries `{type(carried).__name__}`, which does not drive HPUs. Give the strategy no accelerator,"
+                " or `HPUAccelerator()`."
+            )
+        return accelerator if isinstance(accelerator, HPUAccelerator) else HPUAccelerator()
+
     def choose(self, strategy: Any, devices: int, num_nodes: int, chosen_by_auto: bool) -> Union[str, Any]:
         """The HPU strategy for ``strategy`` (a name or an instance; ``"auto"`` picks by the number of processes)."""
         distributed = devices > 1 or num_nodes > 1
@@ -88,6 +126,52 @@ class StrategyChoice:
                 f" for more. Use `strategy='{self.parallel}'`, or `devices=1`."
             )
         return strategy
+
+
+def counterparts(*hpu_classes: type) -> dict[type, type]:
+    """Upstream strategy class -> the HPU strategy class derived from it: its last base, the mixins come first."""
+    return {hpu_class.__bases__[-1]: hpu_class for hpu_class in hpu_classes}
+
+
+def first_devices(devices: Any, owner: str, error: type[Exception]) -> Any:
+    """``devices=[0, 1, ..., n-1]``, what CUDA scripts write for "the first n devices", as the count ``n``.
+
+    A process owns a whole Gaudi card, picked by its local rank, so other lists cannot be honoured and are refused.
+    The string form (``"0,1"``) counts as a list.
+    """
+    indices = devices.split(",") if isinstance(devices, str) and "," in devices else None
+    if indices is not None and all(index.strip().isdigit() for index in indices):
+        devices = [int(index) for index in indices]
+    if not isinstance(devices, (list, tuple)):
+        return devices
+    if list(devices) == list(range(len(devices))) and devices:
+        from lightning.fabric.utilities.rank_zero import rank_zero_info
+
+        rank_zero_info(f"`{owner}(devices={list(devices)})` on HPUs: using the first {len(devices)} HPUs.")
+        return len(devices)
+    raise error(
+        f"`{owner}(accelerator='hpu', devices={list(devices)})` cannot be honoured: each process uses the HPU of its"
+        f" local rank, so only the first n HPUs can be chosen. Pass `devices={len(devices) or 1}` (the first"
+        f" {len(devices) or 1}), or choose the cards with `HABANA_VISIBLE_MODULES`."
+    )
+
+
+def refuse_another_precision_flag(precision: Any, plugin: Any, owner: str, error: type[Exception]) -> None:
+    """A precision flag next to the strategy's own precision plugin must say the same; upstream would ignore it."""
+    from lightning.fabric.connector import _convert_precision_to_unified_args
+
+    if precision is None:
+        return
+    try:
+        unified = _convert_precision_to_unified_args(precision)
+    except ValueError:  # Gaudi's own flags ("fp8")
+        unified = str(precision)
+    if unified == plugin.precision:
+        return
+    raise error(
+        f"`{owner}(precision={precision!r})` conflicts with the strategy's `{type(plugin).__name__}` in"
+        f" {plugin.precision!r}. Set the precision in one place only."
+    )
 
 
 def as_list(plugins: Any) -> list[Any]:

@@ -15,20 +15,24 @@ from lightning.fabric.plugins.environments import (
     SLURMEnvironment,
     TorchElasticEnvironment,
 )
-from lightning.pytorch.callbacks import ProgressBar
-from lightning.pytorch.callbacks.progress.rich_progress import _RICH_AVAILABLE
 from lightning.pytorch.plugins.precision import DeepSpeedPrecision, FSDPPrecision, MixedPrecision, Precision
-from lightning.pytorch.strategies import FSDPStrategy, ModelParallelStrategy, Strategy, StrategyRegistry
+from lightning.pytorch.strategies import Strategy, StrategyRegistry
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
 from pytorch_lightning.accelerators.hpu import HPUAccelerator
-from pytorch_lightning.callbacks.hpu_progress import HPURichProgressBar, HPUTQDMProgressBar
 from pytorch_lightning.plugins.precision.hpu import HPUPrecisionPlugin
 from pytorch_lightning.plugins.precision.hpu_deepspeed import HPUDeepSpeedPrecisionPlugin
 from pytorch_lightning.plugins.precision.hpu_fsdp import HPUFSDPPrecision
 from pytorch_lightning.profilers.hpu import HPUProfiler
 from pytorch_lightning.strategies._hpu import _HPUTrainerStrategyMixin
-from pytorch_lightning.strategies._hpu_choice import CUDA_NAMES, StrategyChoice, as_list
+from pytorch_lightning.strategies._hpu_choice import (
+    CUDA_NAMES,
+    StrategyChoice,
+    as_list,
+    counterparts,
+    first_devices,
+    refuse_another_precision_flag,
+)
 from pytorch_lightning.strategies.hpu_deepspeed import HPUDeepSpeedStrategy, hpu_name_of
 from pytorch_lightning.strategies.hpu_fsdp import HPUFSDPStrategy
 from pytorch_lightning.strategies.hpu_model_parallel import HPUModelParallelStrategy
@@ -44,26 +48,23 @@ _CHOICE = StrategyChoice(
     single=SingleHPUStrategy.strategy_name,
     parallel=HPUParallelStrategy.strategy_name,
     error=MisconfigurationException,
+    counterparts=counterparts(
+        SingleHPUStrategy, HPUParallelStrategy, HPUDeepSpeedStrategy, HPUFSDPStrategy, HPUModelParallelStrategy
+    ),
 )
 
 
 def resolve_hpu_flags(flags: dict[str, Any]) -> dict[str, Any]:
-    """Return the Trainer arguments with HPU flags resolved; arguments that do not involve HPU come back unchanged."""
-    flags = _resolve_profiler(flags)
-    accelerator, strategy = flags.get("accelerator", "auto"), flags.get("strategy", "auto")
-    if isinstance(accelerator, str):
-        accelerator = accelerator.lower()
-    if isinstance(strategy, str):
-        strategy = strategy.lower()
+    """Return the connector's arguments (``accelerator``, ``strategy``, ``devices``, ``num_nodes``, ``precision``,
+    ``plugins``) with HPU flags resolved; arguments that do not involve HPU come back unchanged."""
+    accelerator, strategy = _lower(flags["accelerator"]), _lower(flags["strategy"])
     if not _CHOICE.uses_hpu(accelerator, strategy):
         return flags
-    # a script moved from CUDA keeps its data-parallel and DeepSpeed strategy names
+    # a script moved from CUDA keeps its data-parallel and DeepSpeed strategy names and instances
     if isinstance(strategy, str):
         strategy = hpu_name_of(strategy) or CUDA_NAMES.get(strategy, strategy)
-    elif type(strategy) is FSDPStrategy:
-        strategy = HPUFSDPStrategy.from_upstream(strategy)
-    elif type(strategy) is ModelParallelStrategy:
-        strategy = HPUModelParallelStrategy.from_upstream(strategy)
+    else:
+        strategy = _CHOICE.convert(strategy)
 
     if not HPUAccelerator.is_available():
         raise MisconfigurationException(
@@ -71,43 +72,43 @@ def resolve_hpu_flags(flags: dict[str, Any]) -> dict[str, Any]:
             " package is not installed or sees no device. Install the Intel Gaudi software stack, or set"
             " `VIRTUAL_HPU=1` to train on the virtual Gaudi."
         )
-    num_nodes = flags.get("num_nodes", 1)
-    devices_flag = flags.get("devices", "auto")
-    # a single-device strategy asked for by name takes one device when the count is left to us
-    devices = (
-        1 if _CHOICE.is_single(strategy) and devices_flag == "auto" else HPUAccelerator.parse_devices(devices_flag)
-    )
-    plugins = as_list(flags.get("plugins"))
+    num_nodes = flags["num_nodes"]
+    devices = _CHOICE.devices(strategy, first_devices(flags["devices"], "Trainer", MisconfigurationException))
+    plugins = as_list(flags["plugins"])
     hpu_strategy = _CHOICE.choose(strategy, devices, num_nodes, chosen_by_auto=accelerator == "auto")
     # upstream reports a `num_nodes` that is not a positive int
     if isinstance(num_nodes, int) and num_nodes > 0 and not _cluster_is_managed(strategy, plugins):
         _validate_world_size(num_nodes, devices)
         _validate_rendezvous(num_nodes)
+    family = _precision_family(hpu_strategy)
     return {
         **flags,
-        "accelerator": accelerator if isinstance(accelerator, HPUAccelerator) else HPUAccelerator(),
+        "accelerator": _CHOICE.accelerator(accelerator, hpu_strategy),
         "devices": devices,
         "strategy": hpu_strategy,
-        **_hpu_precision(flags.get("precision"), plugins, _precision_family(hpu_strategy)),
-        **_default_progress_bar(flags),
+        **_hpu_precision(flags["precision"], plugins, family, _strategy_precision(hpu_strategy, family)),
     }
 
 
-def _resolve_profiler(flags: dict[str, Any]) -> dict[str, Any]:
+def _lower(flag: Any) -> Any:
+    return flag.lower() if isinstance(flag, str) else flag
+
+
+def resolve_profiler(profiler: Any) -> Any:
     """``profiler="hpu"``, which upstream's fixed list of profiler names lacks, becomes an ``HPUProfiler``."""
-    profiler = flags.get("profiler")
     if isinstance(profiler, str) and profiler.lower() == "hpu":
-        return {**flags, "profiler": HPUProfiler()}
-    return flags
+        return HPUProfiler()
+    return profiler
 
 
-def _default_progress_bar(flags: dict[str, Any]) -> dict[str, Any]:
-    """Upstream's default progress bar reads the values logged with ``prog_bar=True`` after every training step, and
-    each read waits for the HPU; ours reads them every ``log_every_n_steps`` steps. A bar the user passes is kept."""
-    callbacks = as_list(flags.get("callbacks"))
-    if flags.get("enable_progress_bar") is False or any(isinstance(callback, ProgressBar) for callback in callbacks):
-        return {}
-    return {"callbacks": [*callbacks, HPURichProgressBar() if _RICH_AVAILABLE else HPUTQDMProgressBar()]}
+def _strategy_precision(strategy: Union[str, Strategy], family: type[Precision]) -> Optional[Precision]:
+    """The precision plugin a strategy instance carries (``SingleHPUStrategy(precision_plugin=...)``), made the HPU
+    plugin of its family in place, as upstream's connector later sets its own on the strategy."""
+    plugin = getattr(strategy, "_precision_plugin", None)
+    if plugin is None:
+        return None
+    strategy.precision_plugin = _as_hpu_plugin(plugin, family)  # type: ignore[union-attr]
+    return strategy.precision_plugin  # type: ignore[union-attr]
 
 
 def _cluster_is_managed(strategy: Union[str, Strategy], plugins: list[Any]) -> bool:
@@ -159,10 +160,16 @@ def _validate_rendezvous(num_nodes: int) -> None:
         )
 
 
-def _hpu_precision(precision: Optional[Union[str, int]], plugins: list[Any], family: type[Precision]) -> dict[str, Any]:
+def _hpu_precision(
+    precision: Optional[Union[str, int]], plugins: list[Any], family: type[Precision], on_strategy: Optional[Precision]
+) -> dict[str, Any]:
     """The HPU precision plugin of the strategy's family (DeepSpeed's leaves backward and the step to its engine,
-    FSDP's sets the dtypes of the shards)."""
+    FSDP's sets the dtypes of the shards), unless the strategy carries one (``on_strategy``)."""
     precision_plugins = [plugin for plugin in plugins if isinstance(plugin, Precision)]
+    if on_strategy is not None:
+        # upstream reports a plugin given both ways; a flag would be ignored
+        refuse_another_precision_flag(precision, on_strategy, "Trainer", MisconfigurationException)
+        return {"precision": None, "plugins": plugins}
     if not precision_plugins:
         plugin = family("32-true" if precision is None else precision)  # type: ignore[call-arg]
         return {"precision": None, "plugins": [*plugins, plugin]}
