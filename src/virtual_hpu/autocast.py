@@ -1,11 +1,14 @@
 """Which ops ``torch.autocast("hpu")`` runs in lower precision and which in fp32.
 
-Defaults are Habana's documented lists for Gaudi; ``LOWER_LIST`` / ``FP32_LIST`` name files (one op per line)
-that replace them at activation, and ``set_op_lists`` replaces them at run time. An op in both lists runs in
-lower precision, as on Gaudi.
+Defaults are Habana's documented lists for Gaudi. As Intel's bridge (1.19 and newer) does, the files (one op per line)
+named by ``PT_HPU_AUTOCAST_LOWER_PRECISION_OPS_LIST`` / ``PT_HPU_AUTOCAST_FP32_OPS_LIST`` replace them once, when the
+device is activated (the bridge reads them when its library loads); changing the variables later changes nothing.
+``set_op_lists`` replaces the lists at run time, for the virtual Gaudi's own tests: the real bridge has no such call.
+An op in both lists runs in lower precision, as on Gaudi.
 """
 
 import os
+import warnings
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Optional
@@ -97,6 +100,12 @@ DEFAULT_FP32 = (
 # running statistics keep being updated in place.
 _INPUT_ONLY = frozenset({"batch_norm", "instance_norm", "group_norm", "layer_norm"})
 
+# the variables Intel's bridge reads, and the names older Gaudi software read before them (the bridge's 2023 releases
+# fell back to these with a deprecation warning; 1.19 and newer ignore them)
+LOWER_VARIABLE = "PT_HPU_AUTOCAST_LOWER_PRECISION_OPS_LIST"
+FP32_VARIABLE = "PT_HPU_AUTOCAST_FP32_OPS_LIST"
+OLDER_NAMES = {LOWER_VARIABLE: "LOWER_LIST", FP32_VARIABLE: "FP32_LIST"}
+
 _lower: tuple[str, ...] = ()
 _fp32: tuple[str, ...] = ()
 
@@ -125,21 +134,27 @@ def op_lists() -> tuple[tuple[str, ...], tuple[str, ...]]:
 def _read_list(variable: str) -> Optional[list[str]]:
     path = os.environ.get(variable)
     if not path:
+        older = OLDER_NAMES[variable]
+        if os.environ.get(older):
+            # the bridge ignores the older name without a word; say it, so that a list is not lost silently
+            warnings.warn(
+                f"{older} is set but Gaudi software 1.19 and newer do not read it, so the default list applies. Set"
+                f" {variable} to the same file before Python starts.",
+                stacklevel=3,
+            )
         return None
     try:
-        return Path(path).read_text().splitlines()
+        names = Path(path).read_text().splitlines()
     except OSError as err:
         raise ValueError(f"{variable}={path!r} cannot be read: {err}") from err
+    return list(op_names.resolve(names, f"{variable}={path!r}"))
 
 
 def set_op_lists_from_env() -> None:
-    """Install the default lists, replaced by the files named in ``LOWER_LIST`` / ``FP32_LIST`` if set."""
-    lower = _read_list("LOWER_LIST")
-    fp32 = _read_list("FP32_LIST")
-    if lower is not None:
-        lower = list(op_names.resolve(lower, f"LOWER_LIST={os.environ['LOWER_LIST']!r}"))
-    if fp32 is not None:
-        fp32 = list(op_names.resolve(fp32, f"FP32_LIST={os.environ['FP32_LIST']!r}"))
+    """Install the default lists, replaced by the files named in ``PT_HPU_AUTOCAST_LOWER_PRECISION_OPS_LIST`` /
+    ``PT_HPU_AUTOCAST_FP32_OPS_LIST`` if set; called once, when the virtual Gaudi is activated."""
+    lower = _read_list(LOWER_VARIABLE)
+    fp32 = _read_list(FP32_VARIABLE)
     set_op_lists(
         lower if lower is not None else DEFAULT_LOWER,
         fp32 if fp32 is not None else DEFAULT_FP32,

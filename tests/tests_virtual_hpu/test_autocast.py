@@ -74,9 +74,40 @@ def test_fp16_autocast_and_batch_norm_statistics():
     assert bn.running_mean.min().item() > 0.1  # the statistics were updated in place
 
 
-def test_env_lists_are_read_at_activation(tmp_path, python):
-    lower, fp32 = tmp_path / "lower.txt", tmp_path / "fp32.txt"
+def test_env_lists_are_read_at_activation_only(tmp_path, python):
+    """As Intel's bridge (1.19 and newer): PT_HPU_AUTOCAST_* are read once, when the device is activated; the older
+    LOWER_LIST/FP32_LIST names are not read, and ``hpu_set_env`` (the inference-mode switch) reads nothing."""
+    lower, fp32, later = tmp_path / "lower.txt", tmp_path / "fp32.txt", tmp_path / "later.txt"
     lower.write_text("relu\n\nmm\n")
+    fp32.write_text("linear\n")
+    later.write_text("linear\n")
+    result = python(
+        """
+        import os, torch, virtual_hpu
+        virtual_hpu.activate()
+        import habana_frameworks.torch.core as htcore
+
+        def dtypes():
+            x = torch.randn(3, 3, device="hpu")
+            with torch.autocast("hpu", dtype=torch.bfloat16):
+                print(torch.relu(x).dtype, (x @ x).dtype, torch.nn.functional.linear(x.bfloat16(), x.bfloat16()).dtype)
+
+        dtypes()
+        os.environ["PT_HPU_AUTOCAST_LOWER_PRECISION_OPS_LIST"] = os.environ["LATER"]
+        os.environ["LOWER_LIST"] = os.environ["LATER"]
+        htcore.hpu_set_env()
+        dtypes()
+        """,
+        PT_HPU_AUTOCAST_LOWER_PRECISION_OPS_LIST=str(lower),
+        PT_HPU_AUTOCAST_FP32_OPS_LIST=str(fp32),
+        LATER=str(later),
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["torch.bfloat16", "torch.bfloat16", "torch.float32"] * 2
+
+
+def test_the_older_variable_names_are_not_read(tmp_path, python):
+    fp32 = tmp_path / "fp32.txt"
     fp32.write_text("linear\n")
     result = python(
         """
@@ -84,13 +115,12 @@ def test_env_lists_are_read_at_activation(tmp_path, python):
         virtual_hpu.activate()
         x = torch.randn(3, 3, device="hpu")
         with torch.autocast("hpu", dtype=torch.bfloat16):
-            print(torch.relu(x).dtype, (x @ x).dtype, torch.nn.functional.linear(x.bfloat16(), x.bfloat16()).dtype)
+            print(torch.nn.functional.linear(x, x).dtype)
         """,
-        LOWER_LIST=str(lower),
         FP32_LIST=str(fp32),
     )
     assert result.returncode == 0, result.stderr
-    assert result.stdout.split() == ["torch.bfloat16", "torch.bfloat16", "torch.float32"]
+    assert result.stdout.split() == ["torch.bfloat16"]
 
 
 def test_fp16_is_refused_on_first_generation_gaudi(python):
@@ -133,9 +163,11 @@ def test_a_typo_in_an_op_list_names_the_closest_ops():
 def test_fp32_list_with_hmp_names_is_read_at_activation(python, tmp_path, content, ok):
     fp32 = tmp_path / "fp32.txt"
     fp32.write_text(content)
-    result = python("import torch; print(torch.hpu.is_available())", VIRTUAL_HPU="1", FP32_LIST=str(fp32))
+    result = python(
+        "import torch; print(torch.hpu.is_available())", VIRTUAL_HPU="1", PT_HPU_AUTOCAST_FP32_OPS_LIST=str(fp32)
+    )
     if ok:
         assert result.returncode == 0, result.stderr
     else:
         assert result.returncode != 0
-        assert "did you mean 'cross_entropy'" in result.stderr and "FP32_LIST=" in result.stderr
+        assert "did you mean 'cross_entropy'" in result.stderr and "PT_HPU_AUTOCAST_FP32_OPS_LIST=" in result.stderr

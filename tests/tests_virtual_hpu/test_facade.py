@@ -83,11 +83,14 @@ def test_streams_events_and_graphs():
 
 
 def test_core_helpers(monkeypatch):
-    # hpu_set_env records the execution mode in the environment, as on Gaudi: here in a copy the test drops
-    monkeypatch.setattr(os, "environ", {name: os.environ[name] for name in os.environ if name != "PT_HPU_LAZY_MODE"})
-    htcore.hpu_set_env()
-    assert os.environ["PT_HPU_LAZY_MODE"] == ("1" if htcore.is_lazy() else "0")
+    # as in Intel's bridge, hpu_set_env is the inference-mode switch, and reads or writes no environment
+    monkeypatch.setattr(htcore, "_inference_mode", False)
+    monkeypatch.setattr(htcore, "_set_env_called", False)
+    environment = dict(os.environ)
     model = torch.nn.Linear(2, 2).to("hpu")
+    assert htcore.hpu_set_env(model) is model and htcore._inference_mode
+    htcore.hpu_reset_env()
+    assert not htcore._inference_mode and dict(os.environ) == environment
     assert htcore.hpu_initialize(model, mark_only_scales_as_const=True) is None
     _mark_step_if_lazy()
 
