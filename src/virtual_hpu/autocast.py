@@ -8,7 +8,6 @@ An op in both lists runs in lower precision, as on Gaudi.
 """
 
 import os
-import warnings
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Optional
@@ -100,11 +99,10 @@ DEFAULT_FP32 = (
 # running statistics keep being updated in place.
 _INPUT_ONLY = frozenset({"batch_norm", "instance_norm", "group_norm", "layer_norm"})
 
-# the variables Intel's bridge reads, and the names older Gaudi software read before them (the bridge's 2023 releases
-# fell back to these with a deprecation warning; 1.19 and newer ignore them)
+# the variables Intel's bridge 1.19 and newer reads; it ignores the names older Gaudi software read (LOWER_LIST,
+# FP32_LIST), silently, and so does the virtual Gaudi
 LOWER_VARIABLE = "PT_HPU_AUTOCAST_LOWER_PRECISION_OPS_LIST"
 FP32_VARIABLE = "PT_HPU_AUTOCAST_FP32_OPS_LIST"
-OLDER_NAMES = {LOWER_VARIABLE: "LOWER_LIST", FP32_VARIABLE: "FP32_LIST"}
 
 _lower: tuple[str, ...] = ()
 _fp32: tuple[str, ...] = ()
@@ -134,14 +132,6 @@ def op_lists() -> tuple[tuple[str, ...], tuple[str, ...]]:
 def _read_list(variable: str) -> Optional[list[str]]:
     path = os.environ.get(variable)
     if not path:
-        older = OLDER_NAMES[variable]
-        if os.environ.get(older):
-            # the bridge ignores the older name without a word; say it, so that a list is not lost silently
-            warnings.warn(
-                f"{older} is set but Gaudi software 1.19 and newer do not read it, so the default list applies. Set"
-                f" {variable} to the same file before Python starts.",
-                stacklevel=3,
-            )
         return None
     try:
         names = Path(path).read_text().splitlines()
