@@ -14,22 +14,11 @@ from pytorch_lightning.plugins import HPUPrecisionPlugin
 
 
 @pytest.fixture(autouse=True)
-def _restore_op_lists():
-    """The plugin points Gaudi's autocast at op lists through the environment, for this process and the workers it
-    launches; put the variables and the lists back after each test."""
-    import habana_frameworks.torch.core as htcore
-
-    lazy_mode = os.environ.get("PT_HPU_LAZY_MODE")
-    saved = {variable: os.environ.pop(variable, None) for variable in ("LOWER_LIST", "FP32_LIST")}
-    yield
-    for variable, value in saved.items():
-        os.environ.pop(variable, None)
-        if value is not None:
-            os.environ[variable] = value
-    htcore.hpu_set_env()
-    os.environ.pop("PT_HPU_LAZY_MODE", None)  # hpu_set_env also records the execution mode there, as on Gaudi
-    if lazy_mode is not None:
-        os.environ["PT_HPU_LAZY_MODE"] = lazy_mode
+def _no_op_lists_in_the_environment(monkeypatch):
+    """Gaudi's bridge read no op lists when it loaded in this session: the environment names none (op lists given to
+    a plugin are in ``test_hpu_op_lists.py``)."""
+    for variable in ("PT_HPU_AUTOCAST_LOWER_PRECISION_OPS_LIST", "PT_HPU_AUTOCAST_FP32_OPS_LIST"):
+        monkeypatch.delenv(variable, raising=False)
 
 
 class DtypeRecordingModel(BoringModel):
@@ -128,37 +117,6 @@ def _op_list(tmp_path, name, ops):
     return str(path)
 
 
-def test_env_op_lists(tmp_path, monkeypatch):
-    # Gaudi's own variables, set before the run: linear stays in fp32
-    monkeypatch.setenv("LOWER_LIST", _op_list(tmp_path, "lower.txt", ["softmax"]))
-    monkeypatch.setenv("FP32_LIST", _op_list(tmp_path, "fp32.txt", ["linear"]))
-    dtypes = _fit("bf16-mixed").dtypes
-    assert dtypes["linear"] == torch.float32
-
-
-def test_constructor_op_lists(tmp_path):
-    plugin = HPUPrecisionPlugin(
-        precision="bf16-mixed",
-        opt_level="O1",
-        verbose=True,
-        bf16_file_path=_op_list(tmp_path, "bf16.txt", ["softmax"]),
-        fp32_file_path=_op_list(tmp_path, "fp32.txt", ["linear"]),
-    )
-    assert _fit(plugins=[plugin]).dtypes["linear"] == torch.float32
-
-
-def test_hmp_params_op_lists(tmp_path):
-    hmp_params = {
-        "level": "O1",
-        "verbose": False,
-        "bf16_ops": _op_list(tmp_path, "bf16.txt", ["linear"]),
-        "fp32_ops": _op_list(tmp_path, "fp32.txt", ["softmax"]),
-    }
-    dtypes = _fit(plugins=[HPUPrecisionPlugin(precision=16, hmp_params=hmp_params)]).dtypes
-    assert dtypes["linear"] == torch.bfloat16
-    assert dtypes["softmax"] == torch.float32
-
-
 @pytest.mark.parametrize(
     ("kwargs", "error", "match"),
     [
@@ -206,34 +164,13 @@ def test_upstream_mixed_precision_for_hpu_is_accepted(tmp_path):
     assert model.activation_dtype == torch.bfloat16
 
 
-def test_op_lists_leave_the_environment_as_found_after_the_run(tmp_path, monkeypatch):
-    for variable in ("LOWER_LIST", "FP32_LIST", "PT_HPU_LAZY_MODE"):
-        monkeypatch.delenv(variable, raising=False)
-    lower, fp32 = tmp_path / "lower.txt", tmp_path / "fp32.txt"
-    lower.write_text("linear\n")
-    fp32.write_text("softmax\n")
-    plugin = HPUPrecisionPlugin("bf16-mixed", bf16_file_path=str(lower), fp32_file_path=str(fp32))
-    assert not {"LOWER_LIST", "FP32_LIST", "PT_HPU_LAZY_MODE"} & set(os.environ)
-
-    class SeesTheLists(BoringModel):
-        def training_step(self, batch, batch_idx):
-            self.lists = os.environ.get("LOWER_LIST"), os.environ.get("FP32_LIST")
-            return super().training_step(batch, batch_idx)
-
-    model = SeesTheLists()
-    trainer = pl.Trainer(
-        accelerator="hpu", devices=1, plugins=[plugin], max_steps=1, default_root_dir=tmp_path, logger=False
-    )
-    trainer.fit(model)
-    # set while the run lasts, as Gaudi's autocast reads them
-    assert model.lists == (str(lower.resolve()), str(fp32.resolve()))
-    assert not {"LOWER_LIST", "FP32_LIST", "PT_HPU_LAZY_MODE"} & set(os.environ)
-
-
-def test_op_list_files_take_gaudi_names_and_name_the_closest_for_a_typo(tmp_path):
+def test_op_list_files_take_gaudi_names_and_name_the_closest_for_a_typo(tmp_path, monkeypatch):
     lower, fp32 = tmp_path / "lower.txt", tmp_path / "fp32.txt"
     lower.write_text("linear\nmatmul\n")
     fp32.write_text("# Lightning 1.x's example list\ncross_entropy\nlog_softmax\nnll_loss\ntruediv\n")
+    # as in a process started with these lists set
+    monkeypatch.setenv("PT_HPU_AUTOCAST_LOWER_PRECISION_OPS_LIST", str(lower))
+    monkeypatch.setenv("PT_HPU_AUTOCAST_FP32_OPS_LIST", str(fp32))
     HPUPrecisionPlugin("bf16-mixed", bf16_file_path=str(lower), fp32_file_path=str(fp32))
     lower.write_text("lienar\n")
     with pytest.raises(ValueError, match=r"`bf16_file_path`.*'lienar' \(did you mean 'linear'"):

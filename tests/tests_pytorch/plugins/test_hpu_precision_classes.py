@@ -1,6 +1,6 @@
 """The HPU precision classes: one per precision, built by ``HPUPrecisionPlugin(precision=...)`` and the flag, and
-configured by their constructor alone: building one changes nothing in the process; a run installs its settings and
-puts the process back as it was when it ends, also when it fails."""
+configured by their constructor alone: building one changes nothing in the process (op lists handed to the bridge
+before it loads aside, see ``test_hpu_op_lists.py``)."""
 
 import os
 import subprocess
@@ -20,25 +20,14 @@ from pytorch_lightning.plugins import (
     HPUPrecisionPlugin,
 )
 
-_VARIABLES = ("LOWER_LIST", "FP32_LIST", "PT_HPU_LAZY_MODE")
+_VARIABLES = ("PT_HPU_AUTOCAST_LOWER_PRECISION_OPS_LIST", "PT_HPU_AUTOCAST_FP32_OPS_LIST", "LOWER_LIST", "FP32_LIST")
 
 
 @pytest.fixture(autouse=True)
-def _op_lists_of_the_environment():
-    """Start from the default op lists, and leave them so."""
-    import habana_frameworks.torch.core as htcore
-
-    saved = {variable: os.environ.pop(variable, None) for variable in _VARIABLES}
-    htcore.hpu_set_env()
-    os.environ.pop("PT_HPU_LAZY_MODE", None)
-    yield
-    for variable, value in saved.items():
-        os.environ.pop(variable, None)
-        if value is not None:
-            os.environ[variable] = value
-    htcore.hpu_set_env()
-    if saved["PT_HPU_LAZY_MODE"] is None:  # hpu_set_env also records the execution mode there, as on Gaudi
-        os.environ.pop("PT_HPU_LAZY_MODE")
+def _op_lists_of_the_environment(monkeypatch):
+    """The session's bridge loaded with the default op lists: the environment names none."""
+    for variable in _VARIABLES:
+        monkeypatch.delenv(variable, raising=False)
 
 
 def _mm_dtype() -> torch.dtype:
@@ -84,9 +73,10 @@ def _trainer(plugin, **kwargs) -> pl.Trainer:
 def test_the_entry_point_builds_the_class_of_each_precision(arguments, expected):
     plugin = HPUPrecisionPlugin(**arguments)
     assert type(plugin) is expected and isinstance(plugin, HPUPrecisionPlugin)
-    # the attributes lightning-habana's users read
+    # the attributes lightning-habana's users read: fp8 available for an fp8 plugin only, as there
     assert plugin.device == "hpu"
-    assert plugin.fp8_training_available is True and plugin.fp8_inference_available is True
+    fp8 = arguments.get("precision") == "fp8"
+    assert plugin.fp8_training_available is fp8 and plugin.fp8_inference_available is fp8
 
 
 def test_the_flag_builds_the_same_classes():
@@ -134,7 +124,10 @@ def test_a_trainer_refusing_its_flags_leaves_no_plugin_without_its_own_class():
         pl.Trainer(accelerator="hpu", devices=1, strategy="hpu_deepspeed", plugins=[HPUMixedPrecision()], logger=False)
 
 
-def test_building_a_plugin_changes_nothing_in_the_process(tmp_path):
+def test_building_a_plugin_changes_nothing_in_the_process(tmp_path, monkeypatch):
+    # the lists the bridge read when it loaded, which the plugins name again
+    monkeypatch.setenv("PT_HPU_AUTOCAST_LOWER_PRECISION_OPS_LIST", _mm_in_fp32(tmp_path)["bf16_file_path"])
+    monkeypatch.setenv("PT_HPU_AUTOCAST_FP32_OPS_LIST", _mm_in_fp32(tmp_path)["fp32_file_path"])
     environment = dict(os.environ)
     HPUPrecisionPlugin(precision="bf16-mixed", **_mm_in_fp32(tmp_path))
     HPUPrecisionPlugin(precision="fp8", hmp_params={"bf16_ops": _mm_in_fp32(tmp_path)["bf16_file_path"]})
@@ -146,44 +139,6 @@ def test_building_a_plugin_changes_nothing_in_the_process(tmp_path):
         pl.Trainer(accelerator="hpu", devices=2, strategy="hpu_single", plugins=[plugin])
     assert dict(os.environ) == environment
     assert _mm_dtype() == torch.bfloat16
-
-
-class RecordsMm(BoringModel):
-    def __init__(self, fail: bool = False) -> None:
-        super().__init__()
-        self.fail = fail
-
-    def training_step(self, batch, batch_idx):
-        self.mm_dtype = _mm_dtype()
-        if self.fail:
-            raise RuntimeError("a step fails")
-        return super().training_step(batch, batch_idx)
-
-
-@pytest.mark.parametrize("fail", [False, True])
-def test_a_run_installs_the_op_lists_and_restores_them_when_it_ends(tmp_path, fail):
-    user_lower = tmp_path / "user_lower.txt"
-    user_lower.write_text("softmax\n")
-    os.environ["LOWER_LIST"] = str(user_lower)  # the user's own list, in force before and after: mm in the input type
-    import habana_frameworks.torch.core as htcore
-
-    htcore.hpu_set_env()
-    os.environ.pop("PT_HPU_LAZY_MODE", None)
-    before = dict(os.environ)
-    assert _mm_dtype() == torch.float32
-    model = RecordsMm(fail)
-    first = HPUPrecisionPlugin(precision="bf16-mixed", **_mm_in_fp32(tmp_path))
-    (tmp_path / "second.txt").write_text("mm\n")
-    second = HPUPrecisionPlugin(precision="bf16-mixed", bf16_file_path=str(tmp_path / "second.txt"))
-    for plugin, dtype_in_run in [(first, torch.float32), (second, torch.bfloat16)]:
-        if fail:
-            with pytest.raises(RuntimeError, match="a step fails"):
-                _trainer(plugin).fit(model)
-        else:
-            _trainer(plugin).fit(model)
-        assert model.mm_dtype == dtype_in_run
-        assert dict(os.environ) == before
-        assert _mm_dtype() == torch.float32
 
 
 @pytest.mark.usefixtures("amx_host")

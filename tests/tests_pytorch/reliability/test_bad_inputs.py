@@ -37,6 +37,8 @@ _ISOLATED = (
     "MASTER_PORT",
     "LOWER_LIST",
     "FP32_LIST",
+    "PT_HPU_AUTOCAST_LOWER_PRECISION_OPS_LIST",
+    "PT_HPU_AUTOCAST_FP32_OPS_LIST",
     "SLURM_NTASKS",
     "TORCHELASTIC_RUN_ID",
     "LSB_JOBID",
@@ -215,11 +217,11 @@ ROWS = [
         lambda tmp: HPUPrecisionPlugin("bf16-mixed", fp32_file_path=_op_list("fp32.txt", ["lineer"])(tmp)),
     ),
     BadInput(
-        "LOWER_LIST=/nonexistent/lower.txt, precision='bf16-mixed'",
+        "PT_HPU_AUTOCAST_LOWER_PRECISION_OPS_LIST=/nonexistent/lower.txt, precision='bf16-mixed'",
         FileNotFoundError,
-        ("LOWER_LIST", "Pass the path of a text file"),
+        ("PT_HPU_AUTOCAST_LOWER_PRECISION_OPS_LIST", "Pass the path of a text file"),
         _hpu(devices=1, precision="bf16-mixed"),
-        env={"LOWER_LIST": "/nonexistent/lower.txt"},
+        env={"PT_HPU_AUTOCAST_LOWER_PRECISION_OPS_LIST": "/nonexistent/lower.txt"},
     ),
     BadInput(
         "HPUPrecisionPlugin(hmp_params={'level': 'O1', 'bf16_list': ...})",

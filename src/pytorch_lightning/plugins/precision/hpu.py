@@ -6,6 +6,7 @@ import inspect
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Optional, Union
 
+import torch
 from lightning.fabric.connector import _convert_precision_to_unified_args
 from lightning.pytorch.plugins.precision.precision import Precision
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
@@ -26,6 +27,9 @@ _LEGACY_16_NOTE = (
 _info_cache = WarningCache()
 # first-generation Gaudi has no fp16 and no fp8
 _NEEDS_GAUDI2 = {"16-mixed": "bf16-mixed", "16-true": "bf16-true", "fp8": "bf16-mixed"}
+# lightning-habana's precision plugins took ``(precision, device="hpu", recipe=None, replace_layers=False)``: after the
+# precision, these in this order (Lightning 1.x's took ``(precision, opt_level, bf16_file_path, ...)``)
+_LIGHTNING_HABANA_ORDER = ("device", "recipe", "replace_layers")
 
 
 class _BuiltByPrecision(type):
@@ -34,6 +38,7 @@ class _BuiltByPrecision(type):
     constructor (what LightningCLI and the docs read)."""
 
     def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        args, kwargs = _in_lightning_habana_order(cls, args, kwargs)
         if "_classes_by_precision" in vars(cls):
             chosen, arguments = _plugin_for(cls, args, kwargs)
             if chosen is not cls:
@@ -62,6 +67,8 @@ class HPUPrecisionPlugin(Precision, metaclass=_BuiltByPrecision):
             last three need Gaudi2 or newer); ``16`` and ``"16"`` mean ``"bf16-mixed"``, as in Lightning 1.x.
         opt_level, bf16_file_path, fp32_file_path, verbose, hmp_params: Gaudi's op lists, for the mixed precisions and
             fp8 (see :class:`HPUMixedPrecision`).
+        device: ``"hpu"``, the only device these plugins run on; taken for lightning-habana's signature
+            ``HPUPrecisionPlugin(precision, device="hpu")``, also positionally after ``precision``.
         recipe, replace_layers: for ``"fp8"`` (see :class:`HPUFP8Precision`).
     """
 
@@ -81,10 +88,12 @@ class HPUPrecisionPlugin(Precision, metaclass=_BuiltByPrecision):
         verbose: bool = False,
         hmp_params: Optional[dict[str, Any]] = None,
         *,
+        device: Union[str, torch.device] = "hpu",
         recipe: Optional[Union[Mapping[str, Any], Any]] = None,
         replace_layers: bool = False,
     ) -> None:
-        # reached for "32-true" only: every other precision is built by its own class (``__new__``)
+        # reached for "32-true" only: every other precision is built by its own class (``_BuiltByPrecision``)
+        check_device(device, type(self).__name__)
         self.precision = validate_precision(precision, ("32-true",), type(self).__name__)
 
     @staticmethod
@@ -104,14 +113,16 @@ class HPUPrecisionPlugin(Precision, metaclass=_BuiltByPrecision):
 
     @property
     def fp8_training_available(self) -> bool:
-        """Whether this machine trains in fp8: a Gaudi2 or newer with Gaudi's Transformer Engine."""
+        """Whether this plugin trains in fp8, as lightning-habana meant it: its precision is ``"fp8"`` (which only a
+        Gaudi2 or newer accepts) and Gaudi's Transformer Engine is installed; ``False`` for every other precision."""
         spec = importlib.util.find_spec("habana_frameworks.torch.hpex.experimental.transformer_engine")
-        return _gaudi2_or_newer() and spec is not None
+        return self.precision == "fp8" and spec is not None
 
     @property
     def fp8_inference_available(self) -> bool:
-        """Whether this machine runs fp8 inference: a Gaudi2 or newer with Intel Neural Compressor installed."""
-        return _gaudi2_or_newer() and importlib.util.find_spec("neural_compressor") is not None
+        """Whether this plugin runs fp8 inference, as lightning-habana meant it: its precision is ``"fp8"`` and Intel
+        Neural Compressor is installed; ``False`` for every other precision."""
+        return self.precision == "fp8" and importlib.util.find_spec("neural_compressor") is not None
 
     def fp8_inference(self, module: Module) -> Optional["FP8InferenceConfig"]:
         """How ``module`` is prepared for fp8 inference (measure or quantize), or ``None`` if it is not."""
@@ -191,6 +202,14 @@ class HPUPrecisionPlugin(Precision, metaclass=_BuiltByPrecision):
 
 def validate_precision(precision: Union[str, int], allowed: tuple[str, ...], owner: str) -> str:
     """``precision`` in upstream's unified form, checked against what ``owner`` runs and what this Gaudi supports."""
+    unified = unified_precision(precision, allowed, owner)
+    check_generation(unified)
+    return unified
+
+
+def unified_precision(precision: Union[str, int], allowed: tuple[str, ...], owner: str) -> str:
+    """``precision`` in upstream's unified form, checked against what ``owner`` runs; asks nothing of the device, so
+    Gaudi's bridge is not loaded for it."""
     if type(precision) in (str, int) and precision in _LEGACY_16:
         _info_cache.info(_LEGACY_16_NOTE)
         unified: Optional[str] = "bf16-mixed"
@@ -210,18 +229,68 @@ def validate_precision(precision: Union[str, int], allowed: tuple[str, ...], own
             f"`{owner}` runs {', '.join(map(repr, allowed))}, not `precision={precision!r}`. Use"
             f" `HPUPrecisionPlugin(precision={unified!r})`, which builds the plugin for it."
         )
+    return unified
+
+
+def check_generation(unified: str) -> None:
+    """Refuse a precision this Gaudi lacks: first-generation Gaudi has no fp16 and no fp8."""
     if unified in _NEEDS_GAUDI2 and not _gaudi2_or_newer():
         raise ValueError(
             f"`precision={unified!r}` needs Gaudi2 or newer: first-generation Gaudi has no fp16 and no fp8."
             f" Use `precision={_NEEDS_GAUDI2[unified]!r}` instead."
         )
-    return unified
+
+
+def check_device(device: Union[str, torch.device], owner: str) -> None:
+    """lightning-habana's ``device`` argument: HPU plugins autocast and place tensors on ``"hpu"`` only."""
+    try:
+        device_type = torch.device(device).type
+    except (RuntimeError, TypeError):
+        device_type = None
+    if device_type != "hpu":
+        raise ValueError(
+            f"`{owner}(device={device!r})`: the HPU precision plugins run on 'hpu' only. Pass `device='hpu'` or leave"
+            " it out; for another device, use upstream Lightning's precision plugins."
+        )
 
 
 def _gaudi2_or_newer() -> bool:
     import habana_frameworks.torch.hpu as hthpu
 
     return hthpu.get_device_name() != "GAUDI"
+
+
+def _in_lightning_habana_order(cls: type, args: tuple, kwargs: dict[str, Any]) -> tuple[tuple, dict[str, Any]]:
+    """The arguments of a call in lightning-habana's positional order, ``(precision, device, recipe,
+    replace_layers)``, by name; told from Lightning 1.x's ``(precision, opt_level, ...)`` (and upstream FSDP's
+    ``(precision, scaler)``) by a device in second place. Other calls are returned as they are."""
+    if len(args) < 2 or not _names_a_device(args[1]):
+        return args, kwargs
+    if "device" not in inspect.signature(cls.__init__).parameters:  # type: ignore[misc]
+        return args, kwargs
+    extra = args[1:]
+    if len(extra) > len(_LIGHTNING_HABANA_ORDER):
+        raise TypeError(
+            f"{cls.__name__}() takes at most {1 + len(_LIGHTNING_HABANA_ORDER)} positional arguments in"
+            f" lightning-habana's order (precision, {', '.join(_LIGHTNING_HABANA_ORDER)}), but {len(args)} were given."
+        )
+    named = dict(zip(_LIGHTNING_HABANA_ORDER, extra))
+    repeated = sorted(set(named) & set(kwargs))
+    if repeated:
+        raise TypeError(f"{cls.__name__}() got multiple values for argument {repeated[0]!r}")
+    return args[:1], {**kwargs, **named}
+
+
+def _names_a_device(value: Any) -> bool:
+    if isinstance(value, torch.device):
+        return True
+    if not isinstance(value, str):
+        return False
+    try:
+        torch.device(value)
+    except RuntimeError:
+        return False
+    return True
 
 
 def _plugin_for(
@@ -236,11 +305,14 @@ def _plugin_for(
     except TypeError as error:
         raise TypeError(f"{name}: {error}") from None
     precision = bound.get("precision", "32-true")
-    unified = validate_precision(precision, SUPPORTED, name)
+    # the class built checks the device's generation itself, after what must precede the bridge's loading (op lists)
+    unified = unified_precision(precision, SUPPORTED, name)
     chosen = entry._classes_by_precision().get(unified, entry)
     # LightningCLI passes every argument, those left at their defaults too
     given = {key: value for key, value in list(bound.items())[2:] if value != signature.parameters[key].default}
-    accepted = {"precision"} if chosen is entry else set(inspect.signature(chosen.__init__).parameters)
+    accepted = {"precision", "device"} if chosen is entry else set(inspect.signature(chosen.__init__).parameters)
+    if "device" in given and "device" not in accepted:
+        check_device(given.pop("device"), name)
     unknown = sorted(set(given) - accepted)
     if unknown:
         raise ValueError(

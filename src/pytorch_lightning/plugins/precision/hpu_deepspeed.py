@@ -5,12 +5,13 @@ from collections.abc import Mapping
 from contextlib import AbstractContextManager
 from typing import Any, Optional, Union
 
+import torch
 from lightning.pytorch.plugins.precision.deepspeed import DeepSpeedPrecision
 from torch.nn import Module
 from typing_extensions import override
 
 from pytorch_lightning.plugins.precision import hpu_fp8
-from pytorch_lightning.plugins.precision.hpu import SUPPORTED, HPUPrecisionPlugin, validate_precision
+from pytorch_lightning.plugins.precision.hpu import SUPPORTED, HPUPrecisionPlugin, check_device, validate_precision
 
 
 class HPUDeepSpeedPrecisionPlugin(HPUPrecisionPlugin, DeepSpeedPrecision):
@@ -27,6 +28,7 @@ class HPUDeepSpeedPrecisionPlugin(HPUPrecisionPlugin, DeepSpeedPrecision):
     Args:
         precision: ``"32-true"``, ``"bf16-mixed"``, ``"16-mixed"``, ``"bf16-true"``, ``"16-true"``, ``"fp8"``, or a
             legacy form (32, 16, ``"bf16"``).
+        device: ``"hpu"`` (lightning-habana's signature, ``HPUDeepSpeedPrecisionPlugin(precision, device="hpu")``).
         recipe: for ``"fp8"``: a ``DelayedScaling`` recipe or its arguments as a dict.
         replace_layers: for ``"fp8"``: put Transformer Engine ``Linear`` layers in place of the model's linear layers
             at set-up.
@@ -38,9 +40,11 @@ class HPUDeepSpeedPrecisionPlugin(HPUPrecisionPlugin, DeepSpeedPrecision):
         self,
         precision: Union[str, int] = "32-true",
         *,
+        device: Union[str, torch.device] = "hpu",
         recipe: Optional[Union[Mapping[str, Any], Any]] = None,
         replace_layers: bool = False,
     ) -> None:
+        check_device(device, type(self).__name__)
         validated = validate_precision(precision, SUPPORTED, type(self).__name__)
         # under fp8, DeepSpeed's engine holds the model and casts the inputs as for bf16
         DeepSpeedPrecision.__init__(self, "bf16-mixed" if validated == "fp8" else validated)  # type: ignore[arg-type]

@@ -88,7 +88,11 @@ def fp8_recipe(recipe: Optional[Union[Mapping[str, Any], Any]]) -> Any:
 
 def uses_transformer_engine(module: nn.Module) -> bool:
     """Whether any submodule is a Transformer Engine module (the user's own, or from an earlier conversion)."""
-    return any(type(child).__module__.startswith(transformer_engine().__name__) for child in module.modules())
+    # by the classes it exports: from bridge 1.19 on, they are defined in ``intel_transformer_engine`` and only
+    # re-exported under ``habana_frameworks``
+    exported = vars(transformer_engine()).values()
+    modules = tuple(value for value in exported if isinstance(value, type) and issubclass(value, nn.Module))
+    return any(isinstance(child, modules) for child in module.modules())
 
 
 def prepare_for_fp8_training(module: nn.Module, replace_layers: bool) -> None:
