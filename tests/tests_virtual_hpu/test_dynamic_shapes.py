@@ -2,6 +2,7 @@
 data loader. The recompilation report needs graphs per module, so it runs in lazy mode, in a process of its own."""
 
 RECOMPILING_MODEL = """
+import os
 import torch
 from habana_frameworks.torch.utils.experimental import detect_recompilation_auto_model
 
@@ -20,7 +21,9 @@ class Inner(torch.nn.Module):
 for dynamic in (True, False):
     torch.manual_seed(0)
     net = torch.nn.Sequential(torch.nn.ReLU(), Inner(dynamic)).to("hpu")
-    net = detect_recompilation_auto_model(net, waittime=0.3)
+    # as Intel's tests call it
+    csv_out = os.path.join(os.path.dirname(__file__), str(dynamic))
+    net = detect_recompilation_auto_model(net, mdlname="Net", waittime=0.3, csv_out=csv_out)
     for batch in (20, 20, 30, 30):  # the input shape changes at the third step
         net(torch.rand(batch, 1, 50, 50).to("hpu"))
     report = net.analyse_dynamicity()
@@ -28,17 +31,26 @@ for dynamic in (True, False):
 """
 
 
-def test_recompilation_report_tells_new_shapes_from_dynamic_ops(python):
-    result = python(RECOMPILING_MODEL, VIRTUAL_HPU="1", PT_HPU_LAZY_MODE="1", PT_HPU_ENABLE_REFINE_DYNAMIC_SHAPES="1")
+def test_recompilation_report_tells_new_shapes_from_dynamic_ops(python, tmp_path):
+    env = {"VIRTUAL_HPU": "1", "PT_HPU_LAZY_MODE": "1", "PT_HPU_ENABLE_REFINE_DYNAMIC_SHAPES": "1"}
+    result = python(RECOMPILING_MODEL, script_dir=tmp_path, **env)
     assert result.returncode == 0, result.stderr
     reports = dict(line.split(" ", 2)[1:] for line in result.stdout.splitlines() if line.startswith("REPORT"))
-    # static: modules recompile at the new input shape only (step 2), never at a shape they have seen
+    # static: modules compile at the first step and at the new input shape (step 2), never at a shape they have seen
     static = eval(reports["False"])
-    assert static and {step for step, _, _ in static} == {2} and all(new for _, _, new in static)
+    assert {step for step, _, _ in static} == {0, 2} and all(new for _, _, new in static)
+    # named as on Gaudi (graphs the first, dynamic model compiled are in the cache already)
+    assert {"Net", "Net/1"} <= {module for _, module, _ in static} <= {"Net", "Net/0", "Net/1", "Net/1/conv"}
     # dynamic: the module with the boolean index recompiles at a shape it has already seen (step 1 or 3)
     dynamic = eval(reports["True"])
-    assert any(module == "1" and not new for step, module, new in dynamic if step in (1, 3))
-    assert "Recompiling module" in result.stdout
+    assert any(module == "Net/1" and not new for step, module, new in dynamic if step in (1, 3))
+    assert "Recompiling modules" in result.stdout and "Recompile count" in result.stdout
+    # the report's two files, as Gaudi's tool writes them
+    per_step = (tmp_path / "True_1.csv").read_text().splitlines()
+    assert per_step[0] == "Step,Recompiling modules,New in,New out,Class,Location,Comment"
+    assert any(line.startswith("1,Net/1,False,") or line.startswith("3,Net/1,False,") for line in per_step)
+    per_module = (tmp_path / "True_2.csv").read_text().splitlines()
+    assert per_module[0] == "Module name,Recompile count" and len(per_module) > 1
 
 
 def test_data_dynamicity_counts_the_input_shapes(python):

@@ -2,7 +2,9 @@
 shapes: ``data_dynamicity`` (input shapes of a data loader) and ``detect_recompilation_auto_model`` (which modules
 recompile, and why)."""
 
+import csv
 import enum
+import inspect
 from functools import partial
 from typing import Any
 
@@ -73,29 +75,37 @@ def data_dynamicity(dataloader: Any) -> dict:
     return counts
 
 
-def detect_recompilation_auto_model(model: Any, waittime: float = 0.3) -> Any:
-    """Have ``model`` note, at each call, which of its modules recompile and why; ``model.analyse_dynamicity()`` then
-    prints and returns the report.
+def detect_recompilation_auto_model(model: Any, mdlname: str = "Net", waittime: float = 1, csv_out: str = "out") -> Any:
+    """Have ``model`` note, at each call, which of its modules compile and why; ``model.analyse_dynamicity()`` then
+    prints the report and writes it to ``{csv_out}_1.csv`` (per step) and ``{csv_out}_2.csv`` (per module), and
+    ``model.raw_logs()`` returns what was noted, a line per module call.
 
-    Each module's forward runs as a graph of its own (cut before and after it in lazy mode), so a compilation is
-    charged to the module that caused it: at an input shape the module has not seen before, or at one it has, which
-    points to a dynamic op (an op whose output shape depends on the data, such as boolean indexing). ``waittime``
-    is how long Gaudi's tool waits for compilations to finish; the virtual device compiles synchronously.
+    Modules are named as on Gaudi: ``mdlname`` for the model, ``mdlname/child/grandchild`` below it. Each module's
+    forward runs as a graph of its own (cut before and after it in lazy mode), so a compilation is charged to the module
+    that caused it (and to the modules around it): at an input shape the module has not seen before, or at one it has,
+    which points to a dynamic op (an op whose output shape depends on the data, such as boolean indexing). Step 0, the
+    first call, compiles everything. ``waittime`` is how long Gaudi's tool waits for compilations to finish; the
+    virtual device compiles synchronously.
     """
-    detector = _RecompilationDetector(model)
+    detector = _RecompilationDetector(model, mdlname, csv_out)
     model.analyse_dynamicity = detector.analyse_dynamicity
+    model.raw_logs = detector.raw_logs
     return model
 
 
 class _RecompilationDetector:
-    def __init__(self, model: Any) -> None:
+    def __init__(self, model: Any, mdlname: str, csv_out: str) -> None:
+        self.csv_out = csv_out
         self.step = -1
         self.records: list = []
+        self._logs: list = []
         self._seen: dict = {}
         self._open: dict = {}
         for name, module in model.named_modules():
-            module.register_forward_pre_hook(partial(self._before, name or type(model).__name__, module is model))
-            module.register_forward_hook(partial(self._after, name or type(model).__name__))
+            full = "/".join([mdlname, *name.split(".")]) if name else mdlname
+            self._logs.append(f"registered {full}: {type(module).__qualname__} from {_location(module)}")
+            module.register_forward_pre_hook(partial(self._before, full, module is model))
+            module.register_forward_hook(partial(self._after, full))
 
     def _before(self, name: str, is_root: bool, module: Any, args: tuple) -> None:
         if is_root:
@@ -106,37 +116,77 @@ class _RecompilationDetector:
     def _after(self, name: str, module: Any, args: tuple, output: Any) -> None:
         _cut()
         shapes, compiled_before = self._open.pop(name)
-        new_shapes = shapes not in self._seen.setdefault(name, set())
-        self._seen[name].add(shapes)
-        recompiled = compilation.compiled_ever() > compiled_before
+        inputs, outputs = self._seen.setdefault(name, (set(), set()))
+        new_input, new_output = shapes not in inputs, _shapes(output) not in outputs
+        inputs.add(shapes)
+        outputs.add(_shapes(output))
+        graphs = compilation.compiled_ever() - compiled_before
+        self._logs.append(
+            f"step {self.step} {name}: {graphs} graph(s) compiled, input shapes {'new' if new_input else 'seen'},"
+            f" output shapes {'new' if new_output else 'seen'}"
+        )
         self.records.append(
             {
                 "step": self.step,
                 "module": name,
                 "class": type(module).__name__,
-                "new_input_shapes": new_shapes,
-                "recompiled": recompiled,
+                "location": _location(module),
+                "new_input_shapes": new_input,
+                "new_output_shapes": new_output,
+                "recompiled": graphs > 0,
             }
         )
 
+    def raw_logs(self) -> list:
+        return list(self._logs)
+
     def analyse_dynamicity(self) -> list:
-        """The modules that recompiled after the first step, and why; printed as a table."""
-        report = [record for record in self.records if record["step"] > 0 and record["recompiled"]]
+        """The module calls that compiled, and why: printed as two tables (per step, per module) and written to
+        ``{csv_out}_1.csv`` and ``{csv_out}_2.csv``; returned as a list of records."""
+        report = [record for record in self.records if record["recompiled"]]
         rows = [
             [
                 str(record["step"]),
                 record["module"],
+                str(record["new_input_shapes"]),
+                str(record["new_output_shapes"]),
                 record["class"],
-                "new input shapes"
-                if record["new_input_shapes"]
-                else "already seen input shapes: a dynamic op, or a cache miss",
+                record["location"],
+                _why(record),
             ]
             for record in report
         ]
-        _print_table(["Step", "Recompiling module", "Class", "Why"], rows)
-        if not report:
-            print("No module recompiled after the first step")
+        header = ["Step", "Recompiling modules", "New in", "New out", "Class", "Location", "Comment"]
+        _print_table(header, rows)
+        _write_csv(f"{self.csv_out}_1.csv", header, rows)
+        counts: dict = {}
+        for record in report:
+            counts[record["module"]] = counts.get(record["module"], 0) + 1
+        per_module = [[name, str(count)] for name, count in sorted(counts.items(), key=lambda item: -item[1])]
+        _print_table(["Module name", "Recompile count"], per_module)
+        _write_csv(f"{self.csv_out}_2.csv", ["Module name", "Recompile count"], per_module)
         return report
+
+
+def _why(record: dict) -> str:
+    if record["new_input_shapes"]:
+        return "compiled for input shapes it had not seen"
+    dynamic = "a dynamic op (output shape from the data) in it or in a child"
+    if record["new_output_shapes"]:
+        return f"compiled again for input shapes it had seen, with new output shapes: {dynamic}"
+    return f"compiled again for input shapes it had seen: {dynamic}, or a cache miss"
+
+
+def _location(module: Any) -> str:
+    try:
+        return inspect.getsourcefile(type(module)) or type(module).__module__
+    except TypeError:  # a class defined in the interpreter
+        return type(module).__module__
+
+
+def _write_csv(path: str, header: list, rows: list) -> None:
+    with open(path, "w", newline="") as file:
+        csv.writer(file).writerows([header, *rows])
 
 
 def _cut() -> None:
