@@ -3,8 +3,12 @@
 import os
 
 from setuptools import find_packages, setup
+from setuptools.command.build_py import build_py
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
+# installed at the top of site-packages, where the interpreter runs it at start-up: with VIRTUAL_HPU=1 (only), a script
+# may import `habana_frameworks` first, as on a Gaudi where the bridge is installed
+_STARTUP_HOOK = ("src/virtual_hpu/_startup.pth", "virtual_hpu_startup.pth")
 
 
 def _about() -> dict:
@@ -12,6 +16,18 @@ def _about() -> dict:
     with open(os.path.join(_HERE, "src", "pytorch_lightning", "__about__.py")) as file:
         exec(file.read(), about)
     return about
+
+
+class _BuildPyWithStartupHook(build_py):
+    """Also puts the virtual Gaudi's start-up hook at the top of the installed tree, for wheels and editable installs
+    alike (an editable install installs into ``install_lib`` directly)."""
+
+    def run(self) -> None:
+        super().run()
+        top = self.get_finalized_command("install").install_lib if self.editable_mode else self.build_lib
+        source, name = _STARTUP_HOOK
+        self.mkpath(top)
+        self.copy_file(os.path.join(_HERE, source), os.path.join(top, name))
 
 
 def _requirements(name: str) -> list:
@@ -36,6 +52,7 @@ setup(
         "virtual_hpu": ["csrc/*", "_facade/**/*.py"],
         "pytorch_lightning": ["plugins/precision/fp8_configs/*.json"],
     },
+    cmdclass={"build_py": _BuildPyWithStartupHook},
     python_requires=">=3.9",
     install_requires=_requirements("base"),
     extras_require={name: _requirements(name) for name in ("test", "docs", "deepspeed", "fp8", "profiler")},

@@ -7,7 +7,9 @@ overrides the default, which is on in eager mode and off in lazy mode. PyTorch's
 turns off every backend's autoload.
 
 Where autoload is off, the bridge is still installed and a script loads it itself, as lazy-mode scripts do with
-``import habana_frameworks.torch.core``: that import activates the virtual Gaudi then.
+``import habana_frameworks.torch.core``: that import activates the virtual Gaudi then. On a Gaudi the bridge is
+installed before any import, so a script may import it first, before torch: the project installs a start-up hook (a
+``.pth`` file that does nothing unless ``VIRTUAL_HPU=1``) that calls ``at_startup`` for that.
 """
 
 import importlib.abc
@@ -28,7 +30,18 @@ def autoload() -> None:
         import virtual_hpu
 
         virtual_hpu.activate_from_env()
-    elif not any(isinstance(finder, _ActivateOnImport) for finder in sys.meta_path):
+    else:
+        _activate_on_import()
+
+
+def at_startup() -> None:
+    """Called when the interpreter starts with ``VIRTUAL_HPU=1``: a ``habana_frameworks`` import activates the virtual
+    Gaudi, also as a script's first import (``import torch`` may still do so first, see ``autoload``)."""
+    _activate_on_import()
+
+
+def _activate_on_import() -> None:
+    if not any(isinstance(finder, _ActivateOnImport) for finder in sys.meta_path):
         sys.meta_path.append(_ActivateOnImport())
 
 
