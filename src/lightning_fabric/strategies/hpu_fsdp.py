@@ -6,9 +6,9 @@ from lightning.fabric.strategies import FSDPStrategy, _StrategyRegistry
 from typing_extensions import override
 
 from pytorch_lightning.strategies._hpu import (
-    _destroy_process_group_at_exit,
     _HPUParallelDevicesMixin,
     _HPUStrategyMixin,
+    hccl_process_group,
 )
 from pytorch_lightning.strategies.hpu_fsdp import (
     put_hpu_mesh,
@@ -39,13 +39,14 @@ class HPUFSDPStrategy(_HPUStrategyMixin, _HPUParallelDevicesMixin, FSDPStrategy)
     @override
     def setup_environment(self) -> None:
         self._require_hpu_accelerator("FSDPStrategy")
-        # importing it registers the "hccl" backend with torch.distributed
-        import habana_frameworks.torch.distributed.hccl  # noqa: F401
-
         mesh_shape = take_mesh_shape(self._fsdp_kwargs)
         super().setup_environment()
-        _destroy_process_group_at_exit()
-        put_hpu_mesh(self._fsdp_kwargs, mesh_shape, self.sharding_strategy.name, self.world_size)
+        put_hpu_mesh(self._fsdp_kwargs, mesh_shape, self.sharding_strategy.name, self.num_nodes, self.num_processes)
+
+    @override
+    def _setup_distributed(self) -> None:
+        with hccl_process_group():
+            super()._setup_distributed()
 
     @classmethod
     @override

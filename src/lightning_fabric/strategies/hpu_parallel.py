@@ -6,10 +6,10 @@ from lightning.fabric.strategies import DDPStrategy, _StrategyRegistry
 from typing_extensions import override
 
 from pytorch_lightning.strategies._hpu import (
-    _destroy_process_group_at_exit,
     _HPUParallelDevicesMixin,
     _HPUStrategyMixin,
     hccl_ddp_names,
+    hccl_process_group,
 )
 
 
@@ -30,11 +30,8 @@ class HPUParallelStrategy(_HPUStrategyMixin, _HPUParallelDevicesMixin, DDPStrate
 
     @override
     def _setup_distributed(self) -> None:
-        # importing it registers the "hccl" backend with torch.distributed
-        import habana_frameworks.torch.distributed.hccl  # noqa: F401
-
-        super()._setup_distributed()
-        _destroy_process_group_at_exit()
+        with hccl_process_group():
+            super()._setup_distributed()
 
     @override
     def _determine_ddp_device_ids(self) -> None:

@@ -31,11 +31,10 @@ A SIGTERM that arrives too late in a fit for its exchange to be collected by the
 intervals) does not stop it: the fit ends as planned, and only the receiving rank reports ``received_sigterm``.
 """
 
-import contextlib
 import logging
 import math
 import time
-from datetime import timedelta
+import weakref
 from types import FrameType
 from typing import Callable, Optional
 
@@ -56,14 +55,37 @@ OVERRIDDEN_UPSTREAM_HOOKS = (
     (_UpstreamSignalConnector, "_sigterm_notifier_fn"),
 )
 
-# how long ``SigtermAgreement.close`` waits for an exchange still in flight (normally none, or one long finished)
-_LAST_EXCHANGE_TIMEOUT = timedelta(seconds=5)
 # the least time between the starts of two exchanges: launching one costs the host 0.1-0.15 ms, under 0.3 % of 50 ms,
 # and a SIGTERM still stops the ranks within a fraction of a second, where schedulers grant tens before a SIGKILL
 _PERIOD = 0.05  # seconds
 # the most calls between two exchanges: it bounds the reaction, in steps, when steps slow down after they were timed;
 # exchanges come more often than ``_PERIOD`` only with steps under 3 ms, where one costs under 0.01 ms per step
 _MAX_INTERVAL = 16
+
+
+# the gloo group of the agreements, by the default process group it was made after; it goes when that group goes
+_HOST_GROUPS: "weakref.WeakKeyDictionary[dist.ProcessGroup, dist.ProcessGroup]" = weakref.WeakKeyDictionary()
+
+
+def _host_group() -> dist.ProcessGroup:
+    """The gloo group the agreements exchange over, made by the first one after the default process group was made,
+    and kept while that group lives.
+
+    Every rank makes it at the same point, in the set-up of the first stage, and no later stage makes a group: the name
+    torch gives a new group is a count of the groups made before it in the process, so a group made at each stage
+    would wait for ever on ranks whose counts differ, because user code or a library made a group on some ranks only.
+    """
+    world = dist.group.WORLD
+    group = _HOST_GROUPS.get(world)  # type: ignore[arg-type]
+    if group is None:
+        # the group carries CPU tensors only, but names a backend for the HPU too: a group created while the main
+        # one is bound to an HPU (``init_process_group(device_id=...)``, as Lightning does) is bound to it as well
+        group = dist.new_group(backend="cpu:gloo,hpu:gloo")
+        # torch names no default backend for a group of "device:backend" pairs when a backend plugin ("hccl") is
+        # registered, and warns "No backend of type 0 found" when the group is destroyed
+        group._set_default_backend(dist.ProcessGroup.BackendType.GLOO)
+        _HOST_GROUPS[world] = group  # type: ignore[index]
+    return group
 
 
 def _proposed_interval(seconds_per_call: float) -> int:
@@ -74,7 +96,7 @@ def _proposed_interval(seconds_per_call: float) -> int:
 
 
 class SigtermAgreement:
-    """The ranks' agreement on SIGTERM, over a gloo process group created (collectively) with the main one.
+    """The ranks' agreement on SIGTERM, over a gloo process group made (collectively) once after the main one.
 
     Every ``N`` calls it collects the all-reduce (MAX) of two CPU integers it started ``N`` calls before, each rank's
     flag and proposed ``N``, and starts the next one without waiting for it; the calls in between only count. The one
@@ -85,12 +107,7 @@ class SigtermAgreement:
     """
 
     def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
-        # the group carries CPU tensors only, but must name a backend for the HPU too: a group created while the main
-        # one is bound to an HPU (``init_process_group(device_id=...)``, as Lightning does) is bound to it as well
-        self.group = dist.new_group(backend="cpu:gloo,hpu:gloo")
-        # torch names no default backend for a group of "device:backend" pairs when a backend plugin ("hccl") is
-        # registered, and warns "No backend of type 0 found" when the group is destroyed
-        self.group._set_default_backend(dist.ProcessGroup.BackendType.GLOO)
+        self.group = _host_group()
         self._clock = clock
         # the exchange started last and not collected yet, and its tensor: [flag, proposed interval]
         self._in_flight: Optional[tuple[dist.Work, torch.Tensor]] = None
@@ -123,13 +140,21 @@ class SigtermAgreement:
         return False
 
     def close(self) -> None:
+        """Collect the exchange in flight, which every rank started at the same call, so that the group is ready for
+        the next stage's agreement. No rank gives up on it: one that did would leave its peers waiting in it."""
         if self._in_flight is not None:
-            # the last exchange has finished unless a rank failed before starting it: then give up on it after a
-            # while (destroying the group abandons it) rather than hold up this rank's teardown
-            with contextlib.suppress(RuntimeError):
-                self._in_flight[0].wait(timeout=_LAST_EXCHANGE_TIMEOUT)
+            self._in_flight[0].wait()
             self._in_flight = None
-        dist.destroy_process_group(self.group)
+
+    def abandon(self) -> None:
+        """After a failure, when the other ranks may never start the exchange in flight (if any): the group is then
+        destroyed without waiting for it, and the next agreement makes another."""
+        if self._in_flight is None:
+            return
+        self._in_flight = None
+        world = dist.group.WORLD
+        if world is not None and _HOST_GROUPS.pop(world, None) is not None:
+            dist.destroy_process_group(self.group)
 
 
 def _agreement(trainer: object) -> Optional[SigtermAgreement]:

@@ -7,9 +7,9 @@ from lightning.pytorch.strategies.fsdp import FSDPStrategy
 from typing_extensions import override
 
 from pytorch_lightning.strategies._hpu import (
-    _destroy_process_group_at_exit,
     _HPUParallelDevicesMixin,
     _HPUTrainerStrategyMixin,
+    hccl_process_group,
 )
 
 
@@ -35,13 +35,11 @@ class HPUFSDPStrategy(_HPUTrainerStrategyMixin, _HPUParallelDevicesMixin, FSDPSt
     @override
     def setup_environment(self) -> None:
         self._require_hpu_accelerator("FSDPStrategy")
-        # importing it registers the "hccl" backend with torch.distributed
-        import habana_frameworks.torch.distributed.hccl  # noqa: F401
-
         mesh_shape = take_mesh_shape(self.kwargs)
-        super().setup_environment()
-        _destroy_process_group_at_exit()
-        put_hpu_mesh(self.kwargs, mesh_shape, self.sharding_strategy.name, self.world_size)
+        # upstream's set-up starts the process group itself, not through ``setup_distributed``
+        with hccl_process_group():
+            super().setup_environment()
+        put_hpu_mesh(self.kwargs, mesh_shape, self.sharding_strategy.name, self.num_nodes, self.num_processes)
 
     @classmethod
     @override
@@ -62,17 +60,24 @@ def take_mesh_shape(fsdp_kwargs: dict[str, Any]) -> Optional[tuple[int, ...]]:
 
 
 def put_hpu_mesh(
-    fsdp_kwargs: dict[str, Any], mesh_shape: Optional[tuple[int, ...]], sharding_strategy: str, world_size: int
+    fsdp_kwargs: dict[str, Any],
+    mesh_shape: Optional[tuple[int, ...]],
+    sharding_strategy: str,
+    num_nodes: int,
+    devices_per_node: int,
 ) -> None:
-    """The HPU mesh FSDP runs over: the shape given, or by default one dimension over every rank.
+    """The HPU mesh FSDP runs over: the shape given, or by default one dimension over every rank, and for hybrid
+    sharding (nodes, devices per node): shards within a node, replicas across nodes.
 
     With a mesh FSDP's sharded state dicts hold DTensors; without one, torch's ShardedTensor, which asks CUDA for its
-    device on a rank that holds none of a tensor (any backend but gloo). Hybrid sharding and explicit process groups
-    keep their own groups.
+    device on a rank that holds none of a tensor (any backend but gloo). Without a mesh, hybrid sharding would size its
+    groups by the HPUs of the node, not those of the run, and fail with fewer (``devices=2`` on an 8-card node).
+    Explicit process groups are kept.
     """
-    own_groups = "HYBRID" in sharding_strategy or fsdp_kwargs.get("process_group") is not None
-    if mesh_shape is None and "device_mesh" not in fsdp_kwargs and not own_groups:
-        mesh_shape = (world_size,)
+    if mesh_shape is None and "device_mesh" not in fsdp_kwargs and fsdp_kwargs.get("process_group") is None:
+        hybrid = "HYBRID" in sharding_strategy
+        mesh_shape = (num_nodes, devices_per_node) if hybrid else (num_nodes * devices_per_node,)
+        refuse_replicas_without_shards(sharding_strategy, mesh_shape)
     if mesh_shape is not None:
         from torch.distributed.device_mesh import init_device_mesh
 

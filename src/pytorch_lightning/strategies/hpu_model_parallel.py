@@ -9,9 +9,9 @@ from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from typing_extensions import override
 
 from pytorch_lightning.strategies._hpu import (
-    _destroy_process_group_at_exit,
     _HPUParallelDevicesMixin,
     _HPUTrainerStrategyMixin,
+    hccl_process_group,
 )
 
 
@@ -50,11 +50,12 @@ class HPUModelParallelStrategy(_HPUTrainerStrategyMixin, _HPUParallelDevicesMixi
     @override
     def setup_environment(self) -> None:
         self._require_hpu_accelerator("ModelParallelStrategy")
-        # importing it registers the "hccl" backend with torch.distributed
-        import habana_frameworks.torch.distributed.hccl  # noqa: F401
-
         super().setup_environment()
-        _destroy_process_group_at_exit()
+
+    @override
+    def _setup_distributed(self) -> None:
+        with hccl_process_group():
+            super()._setup_distributed()
 
     @override
     def setup(self, trainer: Any) -> None:

@@ -12,10 +12,10 @@ from typing_extensions import override
 
 from pytorch_lightning.plugins.precision.hpu import HPUPrecisionPlugin
 from pytorch_lightning.strategies._hpu import (
-    _destroy_process_group_at_exit,
     _HPUParallelDevicesMixin,
     _HPUTrainerStrategyMixin,
     hccl_ddp_names,
+    hccl_process_group,
 )
 
 
@@ -46,11 +46,8 @@ class HPUParallelStrategy(_HPUTrainerStrategyMixin, _HPUParallelDevicesMixin, DD
 
     @override
     def setup_distributed(self) -> None:
-        # importing it registers the "hccl" backend with torch.distributed
-        import habana_frameworks.torch.distributed.hccl  # noqa: F401
-
-        super().setup_distributed()
-        _destroy_process_group_at_exit()
+        with hccl_process_group():
+            super().setup_distributed()
 
     @override
     def determine_ddp_device_ids(self) -> None:
