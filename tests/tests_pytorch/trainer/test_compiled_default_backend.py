@@ -1,15 +1,10 @@
 """``torch.compile(model)`` with torch's default backend, as CUDA code writes it, trained on HPUs.
 
 Inductor has no HPU code generation: without the HPU strategies compiling such a module with ``hpu_backend`` it fails
-at the first step. The 2-HPU runs start ``helpers/compiled_run.py`` (Trainer and Fabric, every strategy, compiled or
-not) and compare the losses of the compiled run with the eager one.
+at the first step. The runs on 2 HPUs are in ``fabric/test_compiled_two_hpus.py``.
 """
 
 import logging
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import lightning as L
 import pytest
@@ -22,9 +17,6 @@ from pytorch_lightning.accelerators import HPUAccelerator
 from pytorch_lightning.strategies import SingleHPUStrategy
 from pytorch_lightning.strategies._hpu_compile import hpu_compile_arguments
 from tests_pytorch.helpers import compiled_run
-from tests_pytorch.helpers.processes import free_port, rank_results
-
-COMPILED_RUN = Path(compiled_run.__file__)
 
 pytestmark = pytest.mark.usefixtures("fresh_compilation_state")
 
@@ -102,20 +94,3 @@ def test_fabric_keeps_a_backend_named_explicitly():
     fabric = L.Fabric(accelerator="hpu", devices=1)
     module = fabric.setup_module(torch.compile(compiled_run.Net(), backend="aot_eager", dynamic=False))
     assert module._forward_module._compile_kwargs == {"backend": "aot_eager", "dynamic": False}
-
-
-def _env(**extra: str) -> dict:
-    env = {key: value for key, value in os.environ.items() if not key.startswith(("PT_HPU", "LOCAL_RANK", "RANK"))}
-    return {**env, "OMP_NUM_THREADS": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), **extra}
-
-
-def _run(out: Path, *args: str, **env: str) -> list:
-    result = subprocess.run(
-        [sys.executable, str(COMPILED_RUN), "--out", str(out), *args],
-        env=_env(**env),
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
-    return [record["losses"] for record in rank_results(out)]
