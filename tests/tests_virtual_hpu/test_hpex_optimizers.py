@@ -359,3 +359,26 @@ def test_steps_of_a_compiled_model_equal_torchs_optimizer_on_cpu(case):
         _backward(compiled, index)
         step()
     _assert_same_parameters(actual, expected, torch.float32)
+
+
+@pytest.mark.usefixtures("fresh_compilation_state")
+@pytest.mark.parametrize("optimizer_class", [FusedLamb, FusedAdamW])
+def test_a_compiled_model_clipped_and_averaged_trains_as_in_eager(optimizer_class):
+    from habana_frameworks.torch.hpex.movingavrg import FusedEMA
+    from habana_frameworks.torch.hpex.normalization import FusedClipNorm
+
+    def train(compiled: bool) -> list:
+        model = _model(torch.float32).to("hpu")
+        optimizer = optimizer_class(model.parameters(), lr=0.01)
+        clip, ema = FusedClipNorm(model.parameters(), 0.1), FusedEMA(model, decay=0.9, updates=4000)
+        runner = torch.compile(model, backend="hpu_backend") if compiled else model
+        for step in range(STEPS):
+            optimizer.zero_grad()
+            _backward(runner, step)
+            clip.clip_norm(model.parameters())
+            optimizer.step()
+            ema.update(model)
+        return [p.detach().cpu() for p in (*model.parameters(), *ema.ema.parameters())]
+
+    for compiled, eager in zip(train(compiled=True), train(compiled=False)):
+        torch.testing.assert_close(compiled, eager, rtol=1e-5, atol=1e-6)
