@@ -16,6 +16,7 @@ from torch.nn import Module
 from typing_extensions import override
 
 from pytorch_lightning.plugins.precision.hpu import HPUPrecisionPlugin
+from pytorch_lightning.plugins.precision.hpu_deepspeed import HPUDeepSpeedPrecisionPlugin
 from pytorch_lightning.strategies._hpu import _HPUParallelDevicesMixin, _HPUTrainerStrategyMixin
 
 # (name suffix, arguments) of the ZeRO presets, as upstream registers them for CUDA without the NVMe one
@@ -132,6 +133,10 @@ class HPUDeepSpeedStrategy(_HPUTrainerStrategyMixin, _HPUParallelDevicesMixin, D
             return
         # DeepSpeed's inference engine (tensor parallelism, kernel injection), as lightning-habana's strategy built it
         self.model = deepspeed.init_inference(model, config=config, **self.inference_kwargs)
+        # its weights are in its own dtype, whatever the precision: the precision plugin casts the inputs to it
+        dtype = self.model._config.dtype
+        if isinstance(self.precision_plugin, HPUDeepSpeedPrecisionPlugin) and dtype.is_floating_point:
+            self.precision_plugin.inference_dtype = dtype
 
     @override
     def teardown(self) -> None:

@@ -599,3 +599,89 @@ def test_test_validate_predict_do_not_set_up_the_training_data():
     fitted = _trainer("hpu_deepspeed")
     fitted.fit(Model(), FitOnlyTrainData())
     assert fitted.strategy.config["train_micro_batch_size_per_gpu"] == 4
+
+
+ENGINE_DTYPE_SCRIPT = """
+import json, os, sys
+import torch
+import pytorch_lightning as pl
+from pytorch_lightning.strategies import HPUDeepSpeedStrategy
+
+
+class Model(pl.LightningModule):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.net = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+
+    def forward(self, x):
+        return self.net(x)
+
+    def test_step(self, batch, batch_idx):
+        self.log("out", self(batch).float().sum())
+
+    def predict_step(self, batch, batch_idx):
+        return self(batch)
+
+    def test_dataloader(self):
+        return torch.utils.data.DataLoader(torch.linspace(-1, 1, 16).view(4, 4), batch_size=2)
+
+    predict_dataloader = test_dataloader
+
+
+devices = int(sys.argv[1])
+for precision in sys.argv[2:]:
+    model = Model()
+    expected = model(torch.linspace(-1, 1, 16).view(4, 4)[:2]).tolist()
+    strategy = HPUDeepSpeedStrategy(dtype=torch.float, replace_with_kernel_inject=False)
+    trainer = pl.Trainer(accelerator="hpu", devices=devices, strategy=strategy, precision=precision, logger=False,
+                         use_distributed_sampler=False, enable_progress_bar=False, enable_model_summary=False)
+    tested = trainer.test(model, verbose=False)[0]["out"]
+    predictions = trainer.predict(model)
+    line = json.dumps({"rank": trainer.global_rank, "precision": precision, "tested": tested,
+                       "dtype": str(predictions[0].dtype), "predictions": predictions[0].float().tolist(),
+                       "expected": expected, "weights": str(next(trainer.strategy.model.parameters()).dtype)})
+    os.write(sys.stdout.fileno(), f"RESULT {line}\\n".encode())
+"""
+
+# what the engine's outputs are in: the mixed precisions autocast the engine's fp32 weights, the true ones follow it
+_ENGINE_OUTPUT = {
+    "32-true": "torch.float32",
+    "bf16-mixed": "torch.bfloat16",
+    "bf16-true": "torch.float32",
+    "16-mixed": "torch.float16",
+}
+
+
+@pytest.mark.parametrize("devices", [1, 2])
+def test_the_inference_engines_dtype_wins_in_every_precision(tmp_path, devices):
+    """``HPUDeepSpeedStrategy(dtype=torch.float)`` keeps the engine's weights in fp32 under every precision: inputs are
+    cast to it (bf16 inputs met fp32 weights before: "mat1 and mat2 must have the same dtype"), the mixed precisions
+    autocast as lightning-habana did; ``test`` and ``predict`` match the model on the CPU."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from tests_pytorch.helpers.processes import free_port
+
+    script = tmp_path / "engine_dtype.py"
+    script.write_text(ENGINE_DTYPE_SCRIPT)
+    runs = []
+    # one process per precision on 2 HPUs (each launches its second rank), all of them in one on 1 HPU
+    for precisions in [list(_ENGINE_OUTPUT)] if devices == 1 else [[precision] for precision in _ENGINE_OUTPUT]:
+        env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "OMP_NUM_THREADS": "1"}
+        command = [sys.executable, str(script), str(devices), *precisions]
+        runs.append(subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env))
+    found = []
+    for run in runs:
+        stdout, stderr = run.communicate(timeout=900)
+        assert run.returncode == 0, stdout[-3000:] + stderr[-3000:]
+        found += [json.loads(line[7:]) for line in stdout.splitlines() if line.startswith("RESULT ")]
+    assert sorted((one["precision"], one["rank"]) for one in found) == sorted(
+        (precision, rank) for precision in _ENGINE_OUTPUT for rank in range(devices)
+    )
+    for one in found:
+        assert one["weights"] == "torch.float32" and one["dtype"] == _ENGINE_OUTPUT[one["precision"]], one
+        tolerance = {} if one["dtype"] == "torch.float32" else {"atol": 3e-2, "rtol": 3e-2}
+        torch.testing.assert_close(torch.tensor(one["predictions"]), torch.tensor(one["expected"]), **tolerance)

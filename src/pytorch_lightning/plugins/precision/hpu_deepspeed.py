@@ -6,12 +6,16 @@ from contextlib import AbstractContextManager
 from typing import Any, Optional, Union
 
 import torch
+from lightning.fabric.plugins.precision.utils import _convert_fp_tensor, _DtypeContextManager
 from lightning.pytorch.plugins.precision.deepspeed import DeepSpeedPrecision
+from lightning_utilities.core.apply_func import apply_to_collection
+from torch import Tensor
 from torch.nn import Module
 from typing_extensions import override
 
 from pytorch_lightning.plugins.precision import hpu_fp8
 from pytorch_lightning.plugins.precision.hpu import SUPPORTED, HPUPrecisionPlugin, check_device, validate_precision
+from pytorch_lightning.plugins.precision.hpu_mixed import AUTOCAST_DTYPES
 
 
 class HPUDeepSpeedPrecisionPlugin(HPUPrecisionPlugin, DeepSpeedPrecision):
@@ -21,6 +25,10 @@ class HPUDeepSpeedPrecisionPlugin(HPUPrecisionPlugin, DeepSpeedPrecision):
     fp32 master weights in its optimizer; floating-point inputs are cast to that type. Backward, the optimizer step and
     gradient clipping are the engine's. ``Trainer(strategy="hpu_deepspeed", precision=...)`` builds it; upstream's
     ``DeepSpeedPrecision`` passed in ``plugins`` with HPU becomes this plugin.
+    Under DeepSpeed's inference engine with a dtype of its own (``HPUDeepSpeedStrategy(dtype=...)`` for ``test`` and
+    ``predict``), the engine's dtype wins: it holds the weights, floating-point inputs are cast to it and tensors made
+    in the steps take it; the mixed precisions then run the steps in ``torch.autocast("hpu")``, as lightning-habana
+    did, so that the ops in Gaudi's lower-precision list still compute in bf16/fp16.
     With ``"fp8"`` (Gaudi2 and newer) the engine works in bf16 as for ``"bf16-mixed"``, and Transformer Engine modules
     compute in fp8 with ``recipe``, as with :class:`HPUFP8Precision`; :meth:`convert_modules` prepares a model for fp8
     inference (quantized models run with ZeRO stages 0 to 2).
@@ -35,6 +43,8 @@ class HPUDeepSpeedPrecisionPlugin(HPUPrecisionPlugin, DeepSpeedPrecision):
     """
 
     _entry_point = "HPUDeepSpeedPrecisionPlugin"
+    # the floating-point dtype of DeepSpeed's inference engine while the strategy runs one, else ``None``
+    inference_dtype: Optional[torch.dtype] = None
 
     def __init__(
         self,
@@ -60,7 +70,22 @@ class HPUDeepSpeedPrecisionPlugin(HPUPrecisionPlugin, DeepSpeedPrecision):
         return module
 
     @override
+    def convert_input(self, data: Any) -> Any:
+        if self.inference_dtype is None:
+            return super().convert_input(data)
+        return apply_to_collection(data, Tensor, function=_convert_fp_tensor, dst_type=self.inference_dtype)
+
+    @override
     def forward_context(self) -> AbstractContextManager:
+        if self.inference_dtype is not None:
+            if self.precision in AUTOCAST_DTYPES:
+                return torch.autocast("hpu", dtype=AUTOCAST_DTYPES[self.precision])
+            return _DtypeContextManager(self.inference_dtype)
         if self.precision == "fp8":
             return hpu_fp8.fp8_training_context(self.recipe)
         return super().forward_context()
+
+    @override
+    def teardown(self) -> None:
+        self.inference_dtype = None
+        super().teardown()
