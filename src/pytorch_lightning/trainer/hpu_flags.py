@@ -15,6 +15,7 @@ from lightning.fabric.plugins.environments import (
     SLURMEnvironment,
     TorchElasticEnvironment,
 )
+from lightning.pytorch.plugins import MixedPrecisionPlugin
 from lightning.pytorch.plugins.precision import DeepSpeedPrecision, FSDPPrecision, MixedPrecision, Precision
 from lightning.pytorch.strategies import Strategy, StrategyRegistry
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
@@ -198,9 +199,13 @@ def _as_hpu_plugin(plugin: Precision, family: type[Precision]) -> Precision:
     """The HPU plugin for a precision plugin passed in ``plugins``; upstream's own ones where they mean the same."""
     if type(plugin) is _UPSTREAM_EQUIVALENTS.get(family):
         return family(plugin.precision)  # type: ignore[call-arg]
-    if family is HPUPrecisionPlugin and type(plugin) is MixedPrecision and plugin.device == "hpu":
-        # lightning-habana accepted upstream's autocast plugin for the HPU; ours autocasts the same way and adds
-        # Gaudi's rules (op lists, fp16 only from Gaudi2 on)
+    if (
+        family is HPUPrecisionPlugin
+        and type(plugin) in (MixedPrecision, MixedPrecisionPlugin)
+        and plugin.device == "hpu"
+    ):
+        # lightning-habana accepted upstream's autocast plugin for the HPU (also by its 1.x name, as Intel's reference
+        # models pass it); ours autocasts the same way and adds Gaudi's rules (op lists, fp16 only from Gaudi2 on)
         return HPUPrecisionPlugin(plugin.precision)
     if type(plugin) is Precision:
         # the same fp32, with what every HPU plugin does at the end of a run
