@@ -131,3 +131,22 @@ def test_fabric_example_on_two_hpus_in_bf16():
     imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
     imported |= {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
     assert {name.split(".")[0] for name in imported} == {"argparse", "lightning", "sklearn", "torch"}
+
+
+@pytest.mark.parametrize(
+    ("arguments", "env"),
+    [
+        (["--hpus", "1"], {}),
+        (["--hpus", "2", "--autocast"], {}),
+        (["--hpus", "2"], {"PT_HPU_LAZY_MODE": "1"}),
+        (["--hpus", "1", "--autocast", "--use_torch_compile", "--compiled_autograd"], {}),
+    ],
+    ids=["1-eager-fp32", "2-eager-autocast", "2-lazy-fp32", "1-compiled-autograd-autocast"],
+)
+def test_resnet_reference_model_learns(tmp_path, arguments, env):
+    """Intel's Lightning ResNet reference model, reduced: its calls and flags train on 1 and 2 HPUs."""
+    result = _run("pytorch/hpu_resnet_reference.py", "--default_root_dir", str(tmp_path), *arguments, **env)
+    (line,) = [line for line in result.stdout.splitlines() if line.startswith("final metrics")]
+    assert f"on {arguments[1]} HPU(s)" in line
+    assert float(re.search(r"'train_loss': ([0-9.]+)", line)[1]) < 1.5  # ln(10) = 2.3 at the start
+    assert float(re.search(r"'top_eval_accuracy': ([0-9.]+)", line)[1]) >= 50  # chance is 10 %
