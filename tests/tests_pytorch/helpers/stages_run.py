@@ -7,15 +7,12 @@ saw to ``rank<N>.pt``.
 ``--plain``: neither ``prepare_data`` nor a group of the user's (Lightning then makes no group of its own either), and
 rank 0 alone makes a one-rank group at the end of the first ``fit``, as a library writing files from rank 0 may: the
 ranks' counts of groups made then differ, and any group made collectively later would never form.
-``--late S``: in the first ``fit``, rank 1 starts its last training step ``S`` seconds after rank 0, which, unless
-the strategy's own collectives hold it back (``model_parallel`` with a data-parallel size of 1 has none), reaches the
-end of the stage first. A rank still running after ``--hang-after`` seconds prints where every thread is and exits with
+A rank still running after ``--hang-after`` seconds prints where every thread is and exits with
 1 (a hang fails the run instead of blocking it).
 """
 
 import faulthandler
 import os
-import time
 from argparse import ArgumentParser
 
 import torch
@@ -51,11 +48,10 @@ class Data(PlainData):
 
 
 class PlainModel(pl.LightningModule):
-    def __init__(self, late: float = 0.0) -> None:
+    def __init__(self) -> None:
         super().__init__()
         torch.manual_seed(0)
         self.net = nn.Sequential(nn.Linear(8, 8), nn.Tanh(), nn.Linear(8, 2))
-        self.late = late
 
     def configure_model(self) -> None:
         mesh = getattr(self, "_device_mesh", None)
@@ -70,10 +66,6 @@ class PlainModel(pl.LightningModule):
 
     def training_step(self, batch, batch_idx):
         return self(batch[0]).pow(2).mean()
-
-    def on_train_batch_end(self, outputs, batch, batch_idx) -> None:
-        if self.global_rank == 1 and batch_idx == self.trainer.num_training_batches - 2:
-            time.sleep(self.late)
 
     def test_step(self, batch, batch_idx) -> None:
         self.log("test_loss", self(batch[0]).pow(2).mean(), sync_dist=True)
@@ -112,7 +104,6 @@ def main() -> None:
     parser.add_argument("--stages", default="fit,fit,test,predict")
     parser.add_argument("--sharding", help="with --strategy hpu_fsdp: its sharding_strategy, without a device mesh")
     parser.add_argument("--plain", action="store_true")
-    parser.add_argument("--late", type=float, default=0.0)
     parser.add_argument("--hang-after", type=float, default=200)
     args = parser.parse_args()
     faulthandler.dump_traceback_later(args.hang_after, exit=True)
@@ -139,9 +130,7 @@ def main() -> None:
     done, predictions = [], None
     for stage in args.stages.split(","):
         if stage == "fit":
-            model = (RankZeroGroupModel if args.plain and not done else PlainModel if args.plain else Model)(
-                late=0.0 if done else args.late
-            )
+            model = (RankZeroGroupModel if args.plain and not done else PlainModel if args.plain else Model)()
             # one more epoch at each fit: the second trains as well
             trainer.fit_loop.max_epochs = trainer.current_epoch + 1
         output = getattr(trainer, stage)(model, datamodule=data)

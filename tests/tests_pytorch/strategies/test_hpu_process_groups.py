@@ -79,14 +79,6 @@ def test_a_group_made_on_one_rank_between_stages_leaves_the_next_stages_running(
         assert result["stages"] == STAGES
 
 
-def test_a_rank_late_at_the_end_of_a_stage_is_waited_for(tmp_path):
-    """Without collectives in its steps (model parallel with one data-parallel rank), rank 1 ends the first fit
-    seconds after rank 0, which waits for it before the next stage rather than giving up on the last exchange of
-    their SIGTERM agreement."""
-    for result in _stages(tmp_path, "hpu_model_parallel", 2, "--plain", "--late", "8"):
-        assert result["stages"] == STAGES
-
-
 @pytest.mark.parametrize("sharding", ["HYBRID_SHARD", "_HYBRID_SHARD_ZERO2"])
 def test_trainer_hybrid_sharding_on_two_of_eight_hpus_without_a_mesh(tmp_path, sharding):
     """Torch would size the shard groups by the node's 8 HPUs ("group_size (8) must not exceed the world size (2)");
