@@ -26,7 +26,8 @@ import lightning as L
 import torch
 
 fabric = L.Fabric()
-model, optimizer = fabric.setup(torch.nn.Linear(4, 2), torch.optim.SGD)
+model = torch.nn.Linear(4, 2)
+model, optimizer = fabric.setup(model, torch.optim.SGD(model.parameters(), lr=0.1))
 loss = model(torch.ones(3, 4, device=fabric.device)).sum()
 fabric.backward(loss)
 optimizer.step()
