@@ -93,10 +93,10 @@ ROWS = [
     BadInput("accelerator='hpu', devices=-2", _MISCONF, ("devices=-2", "Pass a positive int"), _hpu(devices=-2)),
     BadInput("accelerator='hpu', devices=99", _MISCONF, ("devices=99", "or fewer"), _hpu(devices=99)),
     BadInput(
-        "accelerator='hpu', devices=[0, 1]", _MISCONF, ("devices=[0, 1]", "selected by count"), _hpu(devices=[0, 1])
+        "accelerator='hpu', devices=[1, 3]", _MISCONF, ("devices=[1, 3]", "only the first n"), _hpu(devices=[1, 3])
     ),
     BadInput(
-        "accelerator='hpu', devices='0,1'", _MISCONF, ("devices='0,1'", "Pass a positive int"), _hpu(devices="0,1")
+        "accelerator='hpu', devices='1,3'", _MISCONF, ("devices=[1, 3]", "HABANA_VISIBLE_MODULES"), _hpu(devices="1,3")
     ),
     BadInput(
         "accelerator='hpu', devices='hpu:1'",
@@ -143,10 +143,11 @@ ROWS = [
         _hpu(strategy="xla"),
     ),
     BadInput(
-        "accelerator='hpu', strategy=DDPStrategy()",
+        "accelerator='hpu', strategy=<a user's DDPStrategy subclass>()",
         _MISCONF,
-        ("DDPStrategy()", "Choose one of hpu_ddp,"),
-        lambda _: _trainer(accelerator="hpu", strategy=DDPStrategy()),
+        ("OwnDDP()", "Choose one of hpu_ddp,"),
+        # upstream's own strategy classes become their HPU counterparts; a subclass would lose its overrides
+        lambda _: _trainer(accelerator="hpu", strategy=type("OwnDDP", (DDPStrategy,), {})()),
     ),
     BadInput(
         "accelerator='cpu', strategy='hpu_parallel'",
