@@ -2,6 +2,7 @@
 #include "virtual_hpu.h"
 
 #include <c10/core/CPUAllocator.h>
+#include <c10/core/InferenceMode.h>
 #include <c10/core/TensorImpl.h>
 
 #include <array>
@@ -38,12 +39,13 @@ class AliasPool {
 
   c10::intrusive_ptr<c10::TensorImpl> tensor(const c10::intrusive_ptr<c10::StorageImpl>& storage, const at::Tensor& like) {
     c10::intrusive_ptr<c10::TensorImpl> impl;
-    if (tensors_.empty()) {
+    auto& kept = tensors_[c10::InferenceMode::is_enabled()];
+    if (kept.empty()) {
       impl = c10::make_intrusive<c10::TensorImpl>(c10::Storage(storage), c10::DispatchKeySet(c10::DispatchKey::CPU),
                                                   like.dtype());
     } else {
-      impl = std::move(tensors_.back());
-      tensors_.pop_back();
+      impl = std::move(kept.back());
+      kept.pop_back();
       impl->set_storage_and_dtype(c10::Storage(storage), like.dtype());
     }
     impl->set_sizes_and_strides(like.sizes(), like.strides(), like.storage_offset());
@@ -51,9 +53,10 @@ class AliasPool {
   }
 
   void give(c10::intrusive_ptr<c10::TensorImpl>&& impl) {
-    if (impl.use_count() != 1 || impl.weak_use_count() != 1 || tensors_.size() >= kKept) return;
+    auto& kept = tensors_[impl->is_inference()];
+    if (impl.use_count() != 1 || impl.weak_use_count() != 1 || kept.size() >= kKept) return;
     impl->set_storage_keep_dtype(parking_);  // lets go of the op's memory
-    tensors_.push_back(std::move(impl));
+    kept.push_back(std::move(impl));
   }
 
   void give(c10::intrusive_ptr<c10::StorageImpl>&& storage) {
@@ -66,7 +69,10 @@ class AliasPool {
  private:
   static constexpr size_t kKept = 16;
   c10::Storage parking_{c10::Storage::use_byte_size_t(), 0, c10::GetCPUAllocator(), /*resizable=*/false};
-  c10::SmallVector<c10::intrusive_ptr<c10::TensorImpl>, kKept> tensors_;
+  // A TensorImpl takes its dispatch keys and version counter from the mode it is made in: one made in inference mode
+  // is an inference tensor for good (no in-place update outside that mode, gloo's copy into it included). Aliases are
+  // kept apart by the mode they were made in, [0] outside inference mode and [1] inside it.
+  std::array<c10::SmallVector<c10::intrusive_ptr<c10::TensorImpl>, kKept>, 2> tensors_;
   c10::SmallVector<c10::intrusive_ptr<c10::StorageImpl>, kKept> storages_;
 };
 
