@@ -15,7 +15,7 @@ from typing import Optional
 
 from virtual_hpu._config import Config, as_hardware, resolve
 
-__all__ = ["Config", "activate", "activate_from_env", "config", "is_active", "real_installation"]
+__all__ = ["Config", "activate", "activate_from_env", "config", "is_active", "other_accelerator", "real_installation"]
 
 _log = logging.getLogger(__name__)
 _FACADE = Path(__file__).parent / "_facade"
@@ -56,6 +56,37 @@ def _refuse_real_installation() -> None:
         )
 
 
+def other_accelerator() -> Optional[str]:
+    """The accelerator this build of torch has besides the virtual device (``"cuda"`` for PyPI's default on Linux), or
+    None (the CPU build, and Gaudi's torch).
+
+    torch has one accelerator, and its autograd synchronizes the streams of that device type only: with another one,
+    every backward pass over hpu tensors fails ("Cannot have both HPU and cuda", or an internal assert), as does
+    ``torch.accelerator`` (DataLoader's ``pin_memory``). Read from how torch was built, without asking torch for its
+    accelerator: that would fix its HPU hooks before the virtual device registers its own.
+    """
+    import torch
+
+    if torch._C._get_privateuse1_backend_name() != "privateuseone":
+        return torch._C._get_privateuse1_backend_name()
+    for name, built in (("cuda", torch._C._has_cuda), ("xpu", torch._C._has_xpu), ("mps", torch._C._has_mps)):
+        if built:
+            return name
+    return None
+
+
+def _refuse_another_accelerator() -> None:
+    import torch
+
+    other = other_accelerator()
+    if other is not None:
+        raise RuntimeError(
+            f"The virtual Gaudi needs a build of torch without another accelerator, and this one ({torch.__version__})"
+            f" is built for {other!r}: torch would refuse hpu in backward passes. Install the CPU build of the same"
+            " torch version (PyTorch's CPU wheel index, or a CPU wheel file) in this environment, or unset VIRTUAL_HPU."
+        )
+
+
 def activate(
     devices: Optional[int] = None, generation: Optional[str] = None, memory_mb: Optional[int] = None
 ) -> Config:
@@ -84,6 +115,7 @@ def activate(
             )
         return _active
     _refuse_real_installation()
+    _refuse_another_accelerator()
 
     from virtual_hpu import _native, autocast
 
