@@ -2,7 +2,10 @@
 
 import re
 
+from tests_pytorch.helpers.runif import RunIf
 
+
+@RunIf(virtual_hpu=True)  # sizes the device with VIRTUAL_HPU_MEMORY_MB and reads the virtual Gaudi's message
 def test_out_of_memory_is_reported_and_the_process_exits(run):
     # a training step wants 256 MiB of activations on a device of 64 MiB
     scenario = run("oom", VIRTUAL_HPU_MEMORY_MB="64")
