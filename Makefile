@@ -26,7 +26,7 @@ demo: setup
 # two workers (pytest-xdist), each taking whole test files, so that a file's module fixtures and order stay in one
 # process; files are handed out in collection order, which starts the slowest (benchmarks, docs, multi-process) early
 test: setup
-	$(PY) -m pytest -n 2 --dist loadfile --no-loadscope-reorder tests/tests_pytorch tests/tests_virtual_hpu
+	$(PY) -m pytest -n 2 --dist loadfile --no-loadscope-reorder --durations=25 tests/tests_pytorch tests/tests_virtual_hpu
 
 lint: setup
 	$(PY) -m ruff check src tests examples benchmarks
