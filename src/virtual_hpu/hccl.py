@@ -1,8 +1,7 @@
 """The ``"hccl"`` c10d backend of the virtual Gaudi: gloo, working on the memory of the hpu tensors.
 
 ``register()`` (run by importing ``habana_frameworks.torch.distributed.hccl``) registers ``"hccl"`` with
-``torch.distributed`` for the device ``hpu`` alone, as Gaudi's bridge does; every process group created with it is a
-gloo backend.
+``torch.distributed`` for the devices ``hpu`` and ``cpu``; every process group created with it is a gloo backend.
 Collectives on hpu tensors reach it through the device's C++ kernels for the ``c10d`` ops
 (``csrc/collectives.cpp``): gloo reads and writes CPU aliases of the hpu memory, nothing is copied, and the futures
 of the returned works complete with the hpu tensors themselves, as ``DistributedDataParallel`` expects.
@@ -13,9 +12,7 @@ world size); other reduce ops raise. 64-bit integers, which HCCL handles with li
 its FSDP modules, and a DTensor ``mean`` over a sharded dimension raises, as Gaudi documents for DTensor.
 Groups split from a group bound to a device (those of an ``init_device_mesh`` with more than one dimension) are gloo
 backends too.
-As on Gaudi, a group of ``"hccl"`` alone takes no CPU tensors ("No backend type associated with device type cpu"):
-object collectives (``all_gather_object`` and friends) travel on the HPU, and CPU tensors need a group with a CPU
-backend (``backend="cpu:gloo,hpu:hccl"``, or a gloo group of their own).
+Object collectives (``all_gather_object`` and friends) use CPU tensors, since ``cpu`` is among the backend's devices.
 """
 
 import os
@@ -33,7 +30,7 @@ def register() -> None:
     """Register the ``"hccl"`` backend with ``torch.distributed``; later calls do nothing."""
     if BACKEND.upper() in dist.Backend._plugins:
         return
-    dist.Backend.register_backend(BACKEND, _create_backend, extended_api=True, devices=["hpu"])
+    dist.Backend.register_backend(BACKEND, _create_backend, extended_api=True, devices=["hpu", "cpu"])
     if not hasattr(dist.ProcessGroupGloo, "perform_nocolor_split"):
         # With a group bound to a device (``init_process_group(device_id=...)``, as Lightning does), ``new_group``
         # has the ranks left out of the new group take part in a split of the bound device's backend; gloo
