@@ -122,10 +122,20 @@ def _deepspeed_accelerator() -> Any:
     return getattr(sys.modules.get("deepspeed.accelerator.real_accelerator"), "ds_accelerator", None)
 
 
+def _import_libraries_that_set_the_environment() -> None:
+    """scikit-learn sets ``KMP_DUPLICATE_LIB_OK`` and ``KMP_INIT_AT_FORK`` for the process when it is first imported;
+    imported before the snapshot, so whichever test imports it first is not blamed for them."""
+    import importlib.util
+
+    if "sklearn" not in sys.modules and importlib.util.find_spec("sklearn") is not None:
+        import sklearn  # noqa: F401
+
+
 def snapshot() -> Snapshot:
     # torch first: its first import activates the virtual Gaudi, which sets variables (HABANA_LOGS) as Gaudi's
     # software does, for the process; they belong to no test
     settings = {name: setting.read() for name, setting in torch_settings().items()}
+    _import_libraries_that_set_the_environment()
     return Snapshot(
         environment={name: value for name, value in os.environ.items() if name != _PYTEST_VARIABLE},
         process_group=_process_group_initialized(),
