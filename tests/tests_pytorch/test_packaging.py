@@ -40,13 +40,18 @@ def test_wheel_name_version_and_contents(wheel):
 
     top_levels = {name.split("/")[0] for name in names if not name.split("/")[0].endswith(".dist-info")}
     assert {"pytorch_lightning", "lightning_fabric"} <= top_levels
-    assert top_levels == {path.parent.name for path in (ROOT / "src").glob("*/__init__.py")}
+    packages = {path.parent.name for path in (ROOT / "src").glob("*/__init__.py")}
+    # besides the packages, the virtual Gaudi's start-up hook, which must sit at the top of site-packages to run
+    assert top_levels == packages | {"virtual_hpu_startup.pth"}
+    hook = (ROOT / "src" / "virtual_hpu" / "_startup.pth").read_text()
+    with zipfile.ZipFile(wheel) as archive:
+        assert archive.read("virtual_hpu_startup.pth").decode() == hook
     own_files = {
         str(path.relative_to(ROOT / "src"))
         for path in (ROOT / "src").rglob("*")
         if path.is_file() and "__pycache__" not in path.parts and ".egg-info" not in str(path)
     }
-    packaged = {name for name in names if name.split("/")[0] in top_levels}
+    packaged = {name for name in names if name.split("/")[0] in packages}
     assert packaged <= own_files, f"files that are not ours: {sorted(packaged - own_files)}"
     assert not [name for name in names if name.startswith(UPSTREAM_ONLY_FILES)]
 

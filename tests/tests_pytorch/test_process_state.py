@@ -8,12 +8,26 @@ import textwrap
 import types
 from pathlib import Path
 
+import pytest
 import torch
 import torch.distributed
 
 import process_state
 
 TESTS = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def nondeterministic():
+    """Deterministic algorithms off for the test, as in a fresh process: a worker that collected a module importing
+    DeepSpeed with the Gaudi software importable has them on for good (DeepSpeed's HPU accelerator sets them)."""
+    state = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    torch.use_deterministic_algorithms(False)
+    monkeypatch = pytest.MonkeyPatch()
+    monkeypatch.delenv("PT_HPU_LAZY_ACC_PAR_MODE", raising=False)  # set by the same accelerator
+    yield
+    monkeypatch.undo()
+    torch.use_deterministic_algorithms(state[0], warn_only=state[1])
 
 
 def test_environment_leaks_are_named_and_undone(monkeypatch):
@@ -37,7 +51,7 @@ def test_environment_leaks_are_named_and_undone(monkeypatch):
     assert process_state.restore(process_state.snapshot()) == []
 
 
-def test_torch_setting_leaks_are_named_and_undone():
+def test_torch_setting_leaks_are_named_and_undone(nondeterministic):
     before = process_state.snapshot()
     torch.set_default_dtype(torch.float64)
     torch.set_grad_enabled(False)
@@ -76,7 +90,7 @@ def test_a_process_group_left_initialized_is_named_and_destroyed():
     assert not torch.distributed.is_initialized()
 
 
-def test_deepspeed_accelerator_settings_are_forgiven_only_in_the_test_that_creates_it(monkeypatch):
+def test_deepspeed_accelerator_settings_are_forgiven_only_in_the_test_that_creates_it(monkeypatch, nondeterministic):
     module = types.SimpleNamespace(ds_accelerator=None)  # as DeepSpeed's before its accelerator is created
     monkeypatch.setitem(sys.modules, "deepspeed.accelerator.real_accelerator", module)
 
