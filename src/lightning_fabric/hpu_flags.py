@@ -17,7 +17,6 @@ from lightning_fabric.strategies import HPUDeepSpeedStrategy, HPUFSDPStrategy, H
 from pytorch_lightning.accelerators.hpu import HPUAccelerator
 from pytorch_lightning.strategies._hpu import _HPUStrategyMixin
 from pytorch_lightning.strategies._hpu_choice import (
-    CUDA_NAMES,
     StrategyChoice,
     as_list,
     counterparts,
@@ -47,7 +46,7 @@ def resolve_hpu_flags(flags: dict[str, Any]) -> dict[str, Any]:
     if not _CHOICE.uses_hpu(accelerator, strategy):
         return flags
     if isinstance(strategy, str):
-        strategy = hpu_name_of(strategy) or CUDA_NAMES.get(strategy, strategy)
+        strategy = hpu_name_of(strategy) or _CHOICE.by_name(strategy)
     else:
         strategy = _CHOICE.convert(strategy)
     if not HPUAccelerator.is_available():

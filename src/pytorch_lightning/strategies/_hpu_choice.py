@@ -51,6 +51,24 @@ class StrategyChoice:
         hpu_class = self.counterparts.get(type(strategy))
         return strategy if hpu_class is None else hpu_class.from_upstream(strategy)
 
+    def by_name(self, name: str) -> Any:
+        """The HPU strategy for one of upstream's names of a strategy with an HPU counterpart: ``"ddp"`` is
+        ``"hpu_parallel"``, ``"ddp_find_unused_parameters_true"`` that strategy with the option set. Other names are
+        returned as they are; names that fork the processes are refused, as HPU processes are started fresh."""
+        if name in CUDA_NAMES or name not in self.registry:
+            return CUDA_NAMES.get(name, name)
+        entry = self.registry[name]
+        if entry["strategy"] not in self.counterparts:
+            return name
+        if entry["init_params"].get("start_method") in ("fork", "forkserver"):
+            raise self.error(
+                f"`{self.owner}(strategy={name!r})` starts its processes by forking this one, which HPU strategies do"
+                f" not do: each process loads the Gaudi software itself. Use `strategy='{CUDA_NAMES['ddp']}'` in a"
+                f" script, or `'{CUDA_NAMES['ddp_spawn']}'` (whose functions must be importable), with the same"
+                " options as a `DDPStrategy(...)` instance."
+            )
+        return self.convert(self.registry.get(name))
+
     def uses_hpu(self, accelerator: Any, strategy: Any) -> bool:
         """Whether these flags involve an HPU; an HPU strategy with another accelerator is refused."""
         if isinstance(accelerator, HPUAccelerator) or accelerator == "hpu":

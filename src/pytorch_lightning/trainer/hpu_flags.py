@@ -27,7 +27,6 @@ from pytorch_lightning.plugins.precision.hpu_fsdp import HPUFSDPPrecision
 from pytorch_lightning.profilers.hpu import HPUProfiler
 from pytorch_lightning.strategies._hpu import _HPUTrainerStrategyMixin
 from pytorch_lightning.strategies._hpu_choice import (
-    CUDA_NAMES,
     StrategyChoice,
     as_list,
     counterparts,
@@ -63,7 +62,7 @@ def resolve_hpu_flags(flags: dict[str, Any]) -> dict[str, Any]:
         return flags
     # a script moved from CUDA keeps its data-parallel and DeepSpeed strategy names and instances
     if isinstance(strategy, str):
-        strategy = hpu_name_of(strategy) or CUDA_NAMES.get(strategy, strategy)
+        strategy = hpu_name_of(strategy) or _CHOICE.by_name(strategy)
     else:
         strategy = _CHOICE.convert(strategy)
 

@@ -123,6 +123,14 @@ def test_upstream_strategy_instances_become_their_hpu_counterparts(upstream, hpu
         assert strategy.sharding_strategy.name == "SHARD_GRAD_OP"
 
 
+def test_upstream_ddp_names_with_options_become_the_hpu_strategy():
+    strategy = L.Fabric(accelerator="hpu", devices=2, strategy="ddp_find_unused_parameters_true").strategy
+    assert type(strategy) is HPUParallelStrategy
+    assert strategy._ddp_kwargs == {"find_unused_parameters": True} and strategy._start_method == "popen"
+    with pytest.raises(ValueError, match="forking"):
+        L.Fabric(accelerator="hpu", devices=2, strategy="ddp_fork")
+
+
 def test_devices_lists():
     assert L.Fabric(accelerator="hpu", devices=[0, 1]).strategy.num_processes == 2
     with pytest.raises(ValueError, match="only the first n HPUs can be chosen"):

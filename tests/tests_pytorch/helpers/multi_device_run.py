@@ -27,7 +27,6 @@ from torch.utils.data import DataLoader, Dataset
 import pytorch_lightning as pl
 from pytorch_lightning.callbacks import BasePredictionWriter, EarlyStopping, LearningRateMonitor, ModelCheckpoint
 from pytorch_lightning.loggers import CSVLogger
-from pytorch_lightning.strategies import DDPStrategy, HPUParallelStrategy
 from pytorch_lightning.utilities import rank_zero_only
 
 ROWS, FEATURES = 16, 8
@@ -248,9 +247,9 @@ def metrics(values: dict) -> dict:
 def train(args) -> dict:
     out = Path(args.out)
     adversarial = Adversarial()
-    # toggling leaves the other optimizer's parameters without gradients: DDP must be told
-    unused = DDPStrategy if args.accelerator == "cpu" else HPUParallelStrategy
-    manual = trainer(args, max_epochs=2, use_distributed_sampler=False, strategy=unused(find_unused_parameters=True))
+    # toggling leaves the other optimizer's parameters without gradients: DDP must be told, by the name CUDA scripts use
+    strategy = "ddp_find_unused_parameters_true"
+    manual = trainer(args, max_epochs=2, use_distributed_sampler=False, strategy=strategy)
     manual.fit(adversarial)
     result = {
         "manual": {

@@ -74,6 +74,39 @@ def test_upstream_strategy_instances_become_their_hpu_counterparts(
         assert strategy._data_parallel_size == 2
 
 
+@pytest.mark.parametrize("trainer_class", [pl.Trainer, L.Trainer])
+@pytest.mark.parametrize(
+    ("name", "settings"),
+    [
+        (
+            "ddp_find_unused_parameters_true",
+            {"_ddp_kwargs": {"find_unused_parameters": True}, "_start_method": "popen"},
+        ),
+        ("ddp_find_unused_parameters_false", {"_ddp_kwargs": {"find_unused_parameters": False}}),
+        (
+            "ddp_spawn_find_unused_parameters_true",
+            {"_ddp_kwargs": {"find_unused_parameters": True}, "_start_method": "spawn"},
+        ),
+    ],
+)
+def test_upstream_ddp_names_with_options_become_the_hpu_strategy(trainer_class, name, settings):
+    """GAN scripts name the option (``toggle_optimizer`` leaves the other optimizers' parameters without gradients);
+    2-HPU training with it runs in ``multi_device/test_trainer_patterns.py``."""
+    trainer = trainer_class(accelerator="hpu", devices=2, strategy=name, logger=False)
+    assert type(trainer.strategy) is HPUParallelStrategy
+    assert trainer.strategy._get_process_group_backend() == "hccl"
+    for attribute, value in settings.items():
+        assert getattr(trainer.strategy, attribute) == value
+
+
+@pytest.mark.parametrize("name", ["ddp_fork", "ddp_notebook", "ddp_notebook_find_unused_parameters_true"])
+def test_upstream_names_that_fork_are_refused_with_the_hpu_choices(name):
+    with pytest.raises(
+        MisconfigurationException, match=rf"strategy='{name}'.*forking.*'hpu_parallel'.*'hpu_parallel_spawn'"
+    ):
+        pl.Trainer(accelerator="hpu", devices=2, strategy=name)
+
+
 def test_ddp_instance_trains_on_two_hpus_with_its_settings(tmp_path):
     ranks = _script(tmp_path, "ddp_instance")
     for rank in ranks:
