@@ -24,6 +24,7 @@ from pytorch_lightning.accelerators import HPUAccelerator
 from pytorch_lightning.plugins.io.hpu import HPUCheckpointIO
 from tests_pytorch.helpers import fabric_run
 from tests_pytorch.helpers.processes import free_port, rank_results
+from tests_pytorch.helpers.runif import RunIf
 
 FABRIC_RUN = Path(fabric_run.__file__)
 SRC = str(Path(lightning_fabric.__file__).parents[1])
@@ -342,6 +343,7 @@ def test_bad_inputs_refused_before_any_work(flags, message):
     assert not torch.distributed.is_initialized()
 
 
+@RunIf(virtual_hpu=True)  # simulates first-generation Gaudi
 def test_fp16_refused_on_first_generation_gaudi():
     code = "import lightning as L; L.Fabric(accelerator='hpu', devices=1, precision='16-mixed')"
     env = {**os.environ, "VIRTUAL_HPU": "1", "VIRTUAL_HPU_GENERATION": "GAUDI"}

@@ -14,6 +14,7 @@ from torch import nn
 
 import pytorch_lightning as pl
 from pytorch_lightning.plugins import HPUPrecisionPlugin
+from tests_pytorch.helpers.runif import RunIf
 
 EXAMPLES = Path(__file__).parents[3] / "examples" / "pytorch"
 
@@ -183,6 +184,7 @@ def test_convert_modules_bad_inputs(precision, arguments, match):
         HPUPrecisionPlugin(precision).convert_modules(BoringModel(), **arguments)
 
 
+@RunIf(virtual_hpu=True)  # simulates first-generation Gaudi
 def test_fp8_is_refused_on_first_generation_gaudi():
     code = "from pytorch_lightning.plugins import HPUPrecisionPlugin\nHPUPrecisionPlugin('fp8')\n"
     environment = {**os.environ, "VIRTUAL_HPU": "1", "VIRTUAL_HPU_GENERATION": "GAUDI"}

@@ -11,6 +11,7 @@ from lightning.pytorch.demos.boring_classes import BoringModel
 
 import pytorch_lightning as pl
 from pytorch_lightning.plugins import HPUPrecisionPlugin
+from tests_pytorch.helpers.runif import RunIf
 
 
 @pytest.fixture(autouse=True)
@@ -76,7 +77,11 @@ def test_legacy_16_is_bf16_mixed_on_every_gaudi(caplog, monkeypatch):
         assert HPUPrecisionPlugin(16).precision == HPUPrecisionPlugin("16").precision == "bf16-mixed"
     assert caplog.text.count("means bf16 mixed precision") == 1
     assert "precision='16-mixed'" in caplog.text
-    # also on first-generation Gaudi, which refuses float16
+
+
+@RunIf(virtual_hpu=True)  # simulates first-generation Gaudi
+def test_legacy_16_is_bf16_mixed_also_on_first_generation_gaudi():
+    # which refuses float16
     code = (
         "import pytorch_lightning as pl\n"
         "trainer = pl.Trainer(accelerator='hpu', devices=1, precision=16, logger=False)\n"

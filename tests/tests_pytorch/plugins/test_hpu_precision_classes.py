@@ -19,6 +19,7 @@ from pytorch_lightning.plugins import (
     HPUMixedPrecision,
     HPUPrecisionPlugin,
 )
+from tests_pytorch.helpers.runif import RunIf
 
 _VARIABLES = ("PT_HPU_AUTOCAST_LOWER_PRECISION_OPS_LIST", "PT_HPU_AUTOCAST_FP32_OPS_LIST", "LOWER_LIST", "FP32_LIST")
 
@@ -157,6 +158,7 @@ def test_fp8_by_constructor_converts_the_layers_when_the_model_is_set_up():
     assert plugin.recipe.fp8_format == te.recipe.Format.HYBRID
 
 
+@RunIf(virtual_hpu=True)  # simulates first-generation Gaudi
 def test_fp8_on_first_generation_gaudi_is_refused_and_reported_unavailable():
     code = (
         "from pytorch_lightning.plugins import HPUPrecisionPlugin\n"

@@ -16,6 +16,7 @@ import pytorch_lightning as pl
 from pytorch_lightning.accelerators import HPUAccelerator
 from pytorch_lightning.plugins import HPUCheckpointIO, HPUPrecisionPlugin
 from pytorch_lightning.strategies import HPUParallelStrategy, SingleHPUStrategy
+from tests_pytorch.helpers.runif import RunIf
 
 
 def _trainer(**kwargs) -> pl.Trainer:
@@ -194,6 +195,7 @@ def test_hpu_without_any_gaudi_fails_clearly():
     assert result.stdout.strip().endswith("CPUAccelerator"), result.stderr
 
 
+@RunIf(virtual_hpu=True)  # simulates first-generation Gaudi
 @pytest.mark.parametrize(("precision", "instead"), [("16-mixed", "bf16-mixed"), ("16-true", "bf16-true")])
 def test_fp16_refused_on_first_generation_gaudi(precision, instead):
     code = f"import pytorch_lightning as pl; pl.Trainer(accelerator='hpu', devices=1, precision={precision!r})"
