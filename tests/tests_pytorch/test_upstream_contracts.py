@@ -365,6 +365,11 @@ PRIVATE_NAMES = [
         "virtual_hpu/.../dynamo/trace_rules.py",
         "the bridge's in-graph hpu stream functions",
     ),
+    ("torch", "torch._C", "_has_cuda", "virtual_hpu/__init__.py", "telling a build with another accelerator"),
+    ("torch", "torch._C", "_has_xpu", "virtual_hpu/__init__.py", "telling a build with another accelerator"),
+    ("torch", "torch._C", "_has_mps", "virtual_hpu/__init__.py", "telling a build with another accelerator"),
+    ("torch", "torch._C", "_get_privateuse1_backend_name", "virtual_hpu/__init__.py", "another named backend"),
+    ("torch", "torch._C._dynamo", "compiled_autograd", "virtual_hpu/.../compile_backend/experimental.py", "hooks"),
     (
         "neural_compressor",
         "neural_compressor.torch.algorithms.fp8_quant._quant_common",
@@ -405,6 +410,8 @@ def test_private_names_exist(library, module, name, where, purpose):
         ("torch._dynamo.eval_frame._TorchDynamoContext", "_dynamic", "strategies/_hpu_compile.py"),
         ("torch._dynamo.eval_frame._TorchDynamoContext", "fullgraph", "strategies/_hpu_compile.py"),
         ("torch._dynamo.convert_frame.ConvertFrameAssert", "_torchdynamo_orig_backend", "strategies/_hpu_compile.py"),
+        # the inference engine's dtype, which the precision plugin casts inputs to
+        ("deepspeed.inference.engine.InferenceEngine", "_config", "strategies/hpu_deepspeed.py"),
     ],
 )
 def test_private_attributes_set_by_upstream(owner, attribute, where):
@@ -458,6 +465,19 @@ def test_process_group_default_backend_setter():
             "_setup_distributed",
             "lightning_fabric/strategies/hpu_parallel.py",
         ),
+        ("torch.optim.Adam", "_init_group", "virtual_hpu/.../hpex/optimizers/MarkstepAdam.py"),
+        ("torch.optim.AdamW", "_init_group", "virtual_hpu/.../hpex/optimizers/MarkstepAdamW.py"),
+        ("torch.Tensor", "_make_subclass", "virtual_hpu/_facade/.../torch/hpu/__init__.py"),
+        (
+            "lightning.fabric.strategies.FSDPStrategy",
+            "_setup_distributed",
+            "lightning_fabric/strategies/hpu_fsdp.py",
+        ),
+        (
+            "lightning.pytorch.strategies.ModelParallelStrategy",
+            "_setup_distributed",
+            "strategies/hpu_model_parallel.py",
+        ),
         (
             "lightning.fabric.strategies.DDPStrategy",
             "_determine_ddp_device_ids",
@@ -466,7 +486,7 @@ def test_process_group_default_backend_setter():
     ],
 )
 def test_overridden_private_methods_exist(owner, method, where):
-    """Private methods of upstream strategies that our subclasses override and call through ``super()``."""
+    """Private methods of upstream classes that our subclasses override and call through ``super()``, or call."""
     import importlib
 
     module, _, class_name = owner.rpartition(".")
