@@ -465,8 +465,8 @@ def test_process_group_default_backend_setter():
             "_setup_distributed",
             "lightning_fabric/strategies/hpu_parallel.py",
         ),
-        ("torch.optim.Adam", "_init_group", "virtual_hpu/.../hpex/optimizers/MarkstepAdam.py"),
-        ("torch.optim.AdamW", "_init_group", "virtual_hpu/.../hpex/optimizers/MarkstepAdamW.py"),
+        ("torch.optim.Adam", "_init_group", "virtual_hpu/.../hpex/optimizers/_markstep.py"),
+        ("torch.optim.AdamW", "_init_group", "virtual_hpu/.../hpex/optimizers/_markstep.py"),
         ("torch.Tensor", "_make_subclass", "virtual_hpu/_facade/.../torch/hpu/__init__.py"),
         (
             "lightning.fabric.strategies.FSDPStrategy",
