@@ -137,7 +137,7 @@ class _OwnDDPStrategy(DDPStrategy):
 @pytest.mark.parametrize(
     ("flags", "match"),
     [
-        ({"accelerator": "hpu", "strategy": "ddp_notebook", "devices": 2}, "HPUs run with an HPU strategy"),
+        ({"accelerator": "hpu", "strategy": "ddp_notebook", "devices": 2}, "starts its processes by forking"),
         ({"accelerator": "hpu", "strategy": _OwnDDPStrategy()}, "HPUs run with an HPU strategy"),
         ({"accelerator": "hpu", "strategy": "hpu_nonexistent"}, "Choose one of .*hpu_parallel"),
         ({"accelerator": "cpu", "strategy": "hpu_parallel"}, "runs on HPUs but `accelerator='cpu'`"),
