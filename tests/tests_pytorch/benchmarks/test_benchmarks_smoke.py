@@ -1,5 +1,8 @@
 """``benchmarks/run_all.py --fast`` runs every benchmark once and reports in the agreed format.
 
+That run takes minutes, so its tests are marked ``bench``: ``make test`` leaves them out and CI runs them as a step of
+their own (``.ci/run``).
+
 Not a timing test: it checks that each script prints a table, its headline ratios as ``ratio ...`` lines with their
 spread and target, and ends with ``<name>=<float>``; that the summary lists every ratio and headline; and what the
 benchmarks show that does not depend on timing (results equal bit for bit, graph cuts and host syncs per step). The
@@ -15,6 +18,8 @@ import time
 from pathlib import Path
 
 import pytest
+
+from tests_pytorch.helpers.runif import RunIf
 
 BENCHMARKS = Path(__file__).resolve().parents[3] / "benchmarks"
 HEADLINE = re.compile(r"^([A-Za-z_][\w.]*)=([-+0-9.eE]+|nan|inf)$")
@@ -62,7 +67,8 @@ def run_all() -> tuple:
     return outputs, [line for line in summary.splitlines() if line.strip()]
 
 
-@pytest.mark.slow
+@pytest.mark.bench
+@RunIf(virtual_hpu=True)  # the benchmarks report the virtual Gaudi's own counts (graph cuts, host syncs)
 @pytest.mark.timeout(SMOKE_TIMEOUT + 60)
 def test_every_benchmark_runs_and_ends_with_its_headline(run_all):
     outputs, _ = run_all
@@ -81,7 +87,8 @@ def test_every_benchmark_runs_and_ends_with_its_headline(run_all):
         assert bool(ratio_lines) == (name not in WITHOUT_RATIOS), name
 
 
-@pytest.mark.slow
+@pytest.mark.bench
+@RunIf(virtual_hpu=True)  # the benchmarks report the virtual Gaudi's own counts (graph cuts, host syncs)
 @pytest.mark.timeout(SMOKE_TIMEOUT + 60)
 def test_summary_tables_list_each_ratio_and_headline(run_all):
     outputs, summary = run_all
@@ -105,7 +112,8 @@ def test_summary_tables_list_each_ratio_and_headline(run_all):
     assert not [line for line in summary if line.startswith("FAILED")]
 
 
-@pytest.mark.slow
+@pytest.mark.bench
+@RunIf(virtual_hpu=True)  # the benchmarks report the virtual Gaudi's own counts (graph cuts, host syncs)
 @pytest.mark.timeout(SMOKE_TIMEOUT + 60)
 def test_what_does_not_depend_on_timing(run_all):
     outputs, _ = run_all
