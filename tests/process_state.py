@@ -80,6 +80,14 @@ def torch_settings() -> dict[str, _Setting]:
 
         return _Setting(lambda: (torch.is_autocast_enabled(device_type), torch.get_autocast_dtype(device_type)), write)
 
+    def python_dispatcher() -> _Setting:
+        # on, Python decompositions replace composite ops in eager mode too (autocast then sees their pieces)
+        key = torch._C.DispatchKey.PythonDispatcher
+        return _Setting(
+            lambda: torch._C._dispatch_tls_is_dispatch_key_included(key),
+            lambda value: torch._C._dispatch_tls_set_dispatch_key_included(key, value),
+        )
+
     def attribute(owner: Any, name: str) -> _Setting:
         return _Setting(lambda: getattr(owner, name), lambda value: setattr(owner, name, value))
 
@@ -96,6 +104,7 @@ def torch_settings() -> dict[str, _Setting]:
         "cpu autocast (enabled, dtype)": autocast("cpu"),
         "hpu autocast (enabled, dtype)": autocast("hpu"),
         "number of threads": _Setting(torch.get_num_threads, torch.set_num_threads),
+        "python dispatcher (torch._dispatch.python.enable_python_dispatcher)": python_dispatcher(),
         "float32 matmul precision": _Setting(torch.get_float32_matmul_precision, torch.set_float32_matmul_precision),
         # what ``Trainer(benchmark=..., deterministic=...)`` sets
         "torch.backends.cudnn.benchmark": attribute(torch.backends.cudnn, "benchmark"),

@@ -79,6 +79,21 @@ def test_torch_setting_leaks_are_named_and_undone(nondeterministic):
     assert torch.get_num_threads() == threads
 
 
+def test_the_python_dispatcher_left_on_is_named_and_turned_off():
+    """Left on, it has eager hpu ops run as Python decompositions, whose pieces autocast casts (a bilinear
+    ``interpolate`` then computed in bf16 under ``torch.autocast("hpu")``)."""
+    before = process_state.snapshot()
+    guard = torch._C._EnablePythonDispatcher()
+
+    leaks = process_state.restore(before)
+
+    assert [leak.split(":")[0] for leak in leaks] == [
+        "torch's python dispatcher (torch._dispatch.python.enable_python_dispatcher)"
+    ]
+    assert not torch._C._dispatch_tls_is_dispatch_key_included(torch._C.DispatchKey.PythonDispatcher)
+    del guard
+
+
 def test_a_process_group_left_initialized_is_named_and_destroyed():
     before = process_state.snapshot()
     torch.distributed.init_process_group("gloo", store=torch.distributed.HashStore(), rank=0, world_size=1)
