@@ -32,8 +32,15 @@ _library: Optional[torch.library.Library] = None
 
 
 def subscribe(listener: Listener) -> Callable[[], None]:
-    """Call ``listener`` with every event from now on; returns the function that stops it."""
+    """Call ``listener`` with every event from now on; returns the function that stops it. For tools that read what
+    only the virtual Gaudi reports: refused while it poses as hardware (``VIRTUAL_HPU_AS_HARDWARE=1``)."""
     refuse_as_hardware("virtual_hpu.events")
+    return listen(listener)
+
+
+def listen(listener: Listener) -> Callable[[], None]:
+    """``subscribe`` for the virtual Gaudi's own use, whatever it poses as: its HPU graph capture refuses host syncs,
+    as the bridge's does."""
     _register_op()
     _listeners.append(listener)
     torch.ops.virtual_hpu.report_events(True)

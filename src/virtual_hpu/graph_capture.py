@@ -173,7 +173,7 @@ class Recording(TorchDispatchMode):
         self.__enter__()
         _capturing = self
         # host reads that bypass dispatch modes (printing a tensor disables them) still reach the device's counters
-        self._stop_listening = events.subscribe(_refuse_host_sync)
+        self._stop_listening = events.listen(_refuse_host_sync)
 
     def end(self, completed: bool = True) -> None:
         """Stop recording; with ``completed=False`` (the capture failed) the graph cannot be replayed."""
