@@ -14,6 +14,7 @@ from lightning.pytorch.loggers import Logger
 import pytorch_lightning as pl
 from pytorch_lightning.accelerators import HPUAccelerator
 from pytorch_lightning.callbacks import HPUPerformanceMonitor, hpu_performance
+from tests_pytorch.helpers.runif import RunIf
 
 SCRIPT = Path(__file__).parents[1] / "helpers" / "seeded_hazards.py"
 
@@ -45,6 +46,7 @@ def _only(report: dict, rank: int = 0) -> dict:
     return hazard
 
 
+@RunIf(virtual_hpu=True)  # host syncs and recompilations are recorded on the virtual Gaudi only
 @pytest.mark.parametrize(
     ("mode", "compiled", "lazy"), [("eager", False, False), ("compile", True, False), ("lazy", False, True)]
 )
@@ -77,6 +79,7 @@ def test_host_syncs_are_found_with_their_line(tmp_path, mode, compiled, lazy):
     assert f"1.00 per step) at {SCRIPT}:{_line_of('item')}" in reports["item"]["text"]
 
 
+@RunIf(virtual_hpu=True)  # host syncs and recompilations are recorded on the virtual Gaudi only
 @pytest.mark.parametrize(("compiled", "lazy"), [(True, False), (False, True)], ids=["compile", "lazy"])
 def test_recompilations_are_found_with_both_shapes(tmp_path, compiled, lazy):
     reports = _run(tmp_path, "clean", "ragged", "shapes", compiled=compiled, lazy=lazy)
@@ -104,6 +107,7 @@ def test_recompilations_are_found_with_both_shapes(tmp_path, compiled, lazy):
     assert hazard["details"][0].startswith("batch shapes (")
 
 
+@RunIf(virtual_hpu=True)  # host syncs and recompilations are recorded on the virtual Gaudi only
 def test_two_processes_count_per_rank_in_one_report(tmp_path):
     reports = _run(tmp_path, "item", devices=2)
     item = reports["item"]
@@ -189,6 +193,7 @@ def test_flag_adds_the_monitor_to_hpu_trainers(monkeypatch):
     assert not any(isinstance(c, HPUPerformanceMonitor) for c in pl.Trainer(accelerator="hpu", devices=1).callbacks)
 
 
+@RunIf(virtual_hpu=True)  # host syncs and recompilations are recorded on the virtual Gaudi only
 def test_the_profiler_summary_includes_the_report(tmp_path):
     from pytorch_lightning.profilers import HPUProfiler
 
@@ -216,6 +221,7 @@ def test_the_profiler_summary_includes_the_report(tmp_path):
     assert 'self.seen = output["loss"].item()' in summary
 
 
+@RunIf(virtual_hpu=True)  # host syncs and recompilations are recorded on the virtual Gaudi only
 def test_epoch_figures_are_logged_on_the_virtual_gaudi():
     class Reading(BoringModel):
         def training_step(self, batch, batch_idx):

@@ -217,6 +217,7 @@ def test_process_group_ends_before_interpreter_shutdown(tmp_path, strategy):
     assert left == {0: "", 1: ""}
 
 
+@RunIf(virtual_hpu=True)  # counts graph cuts and host syncs, which the virtual Gaudi records
 def test_lazy_mode_cuts_after_backward_and_step_without_host_syncs(tmp_path):
     ranks = _launch(
         tmp_path / "lazy", "--devices", "2", "--strategy", "hpu_parallel", "--steps", "6", PT_HPU_LAZY_MODE="1"
