@@ -60,30 +60,36 @@ def other_accelerator() -> Optional[str]:
     """The accelerator this build of torch has besides the virtual device (``"cuda"`` for PyPI's default on Linux), or
     None (the CPU build, and Gaudi's torch).
 
-    torch has one accelerator, and its autograd synchronizes the streams of that device type only: with another one,
-    every backward pass over hpu tensors fails ("Cannot have both HPU and cuda", or an internal assert), as does
-    ``torch.accelerator`` (DataLoader's ``pin_memory``). Read from how torch was built, without asking torch for its
-    accelerator: that would fix its HPU hooks before the virtual device registers its own.
+    torch has one accelerator, and its autograd synchronizes the streams of that device type only. Gaudi's torch has
+    the HPU device type; on a build with another accelerator the virtual device is torch's PrivateUse1 backend, named
+    "hpu", which then is torch's accelerator (see ``activate``). Read from how torch was built, without asking torch for
+    its accelerator: that would fix it before the virtual device registers.
     """
     import torch
 
-    if torch._C._get_privateuse1_backend_name() != "privateuseone":
-        return torch._C._get_privateuse1_backend_name()
     for name, built in (("cuda", torch._C._has_cuda), ("xpu", torch._C._has_xpu), ("mps", torch._C._has_mps)):
         if built:
             return name
     return None
 
 
-def _refuse_another_accelerator() -> None:
+def _claim_privateuse1() -> None:
+    """On a build with another accelerator, names torch's PrivateUse1 backend "hpu", before the library registers it.
+
+    A PrivateUse1 backend named otherwise is another device extension, and would be torch's accelerator instead
+    (on the CPU build too): refused.
+    """
     import torch
 
-    other = other_accelerator()
-    if other is not None:
+    ours = "hpu" if other_accelerator() is not None else "privateuseone"
+    name = torch._C._get_privateuse1_backend_name()
+    if name == "privateuseone" and ours == "hpu":
+        torch.utils.rename_privateuse1_backend("hpu")
+    elif name != ours:
         raise RuntimeError(
-            f"The virtual Gaudi needs a build of torch without another accelerator, and this one ({torch.__version__})"
-            f" is built for {other!r}: torch would refuse hpu in backward passes. Install the CPU build of the same"
-            " torch version (PyTorch's CPU wheel index, or a CPU wheel file) in this environment, or unset VIRTUAL_HPU."
+            f"torch's PrivateUse1 backend is already {name!r} in this process (another device extension), and torch"
+            " has one accelerator: with it, every backward pass over hpu tensors would fail. Do not load that"
+            " extension in a process with the virtual Gaudi (or unset VIRTUAL_HPU)."
         )
 
 
@@ -100,6 +106,11 @@ def activate(
     Returns:
         The active configuration. Calling again with no or the same settings returns it; other settings raise
         ``RuntimeError``, as the device cannot change within a process.
+
+    On a torch built for another accelerator (``other_accelerator()``, e.g. PyPI's default CUDA build), hpu is torch's
+    PrivateUse1 backend and, as torch has one accelerator, takes that place from the other device: in this process,
+    backward passes over the other device's tensors (a GPU's, where the machine has one) fail. Activation is opt-in per
+    process; use the GPU in another one.
     """
     global _active
     wanted = resolve(devices, generation, memory_mb)
@@ -115,11 +126,15 @@ def activate(
             )
         return _active
     _refuse_real_installation()
-    _refuse_another_accelerator()
+    _claim_privateuse1()
 
     from virtual_hpu import _native, autocast
 
     _native.load_library()
+    if other_accelerator() is not None:
+        # Gaudi's autocast default, which torch has for HPU; for PrivateUse1 it is float16. torch keeps it per thread:
+        # another thread's `torch.autocast("hpu")` without a dtype gets float16.
+        torch.set_autocast_dtype("hpu", torch.bfloat16)
     ops = torch.ops.virtual_hpu
     ops.configure(wanted.devices, wanted.lazy)
     for index in range(wanted.devices):

@@ -2,7 +2,9 @@
 
 The library is compiled with ``torch.utils.cpp_extension`` the first time a process activates the device,
 into ``$TORCH_EXTENSIONS_DIR`` (default ``~/.cache/torch_extensions``) under a directory named after the
-torch version and a hash of the sources, and simply loaded by every later process.
+torch version and a hash of the sources and flags, and simply loaded by every later process. On a torch built for
+another accelerator the device is compiled as torch's PrivateUse1 backend instead of its HPU device type (see
+``csrc/virtual_hpu.h``): another flag, so another library.
 """
 
 import fcntl
@@ -15,8 +17,13 @@ import torch
 
 _NAME = "virtual_hpu_core"
 _CSRC = Path(__file__).parent / "csrc"
-_CFLAGS = ["-O2"]
 _loaded = False
+
+
+def _cflags() -> list[str]:
+    from virtual_hpu import other_accelerator
+
+    return ["-O2", "-DVIRTUAL_HPU_PRIVATEUSE1"] if other_accelerator() is not None else ["-O2"]
 
 
 def _sources() -> list[Path]:
@@ -31,7 +38,7 @@ def _build_root() -> Path:
 
 
 def _library_path() -> Path:
-    digest = hashlib.sha256(torch.__version__.encode() + repr(_CFLAGS).encode())
+    digest = hashlib.sha256(torch.__version__.encode() + repr(_cflags()).encode())
     for path in sorted(_CSRC.iterdir()):
         digest.update(path.name.encode() + path.read_bytes())
     return _build_root() / f"virtual_hpu-{torch.__version__}-{digest.hexdigest()[:16]}" / f"{_NAME}.so"
@@ -51,7 +58,7 @@ def _build(library: Path) -> None:
     built = load(
         name=_NAME,
         sources=[str(s) for s in _sources()],
-        extra_cflags=_CFLAGS,
+        extra_cflags=_cflags(),
         build_directory=str(scratch),
         is_python_module=False,
         verbose=os.environ.get("VIRTUAL_HPU_VERBOSE_BUILD") == "1",

@@ -368,7 +368,7 @@ PRIVATE_NAMES = [
     ("torch", "torch._C", "_has_cuda", "virtual_hpu/__init__.py", "telling a build with another accelerator"),
     ("torch", "torch._C", "_has_xpu", "virtual_hpu/__init__.py", "telling a build with another accelerator"),
     ("torch", "torch._C", "_has_mps", "virtual_hpu/__init__.py", "telling a build with another accelerator"),
-    ("torch", "torch._C", "_get_privateuse1_backend_name", "virtual_hpu/__init__.py", "another named backend"),
+    ("torch", "torch._C", "_get_privateuse1_backend_name", "virtual_hpu/__init__.py", "PrivateUse1 free or ours"),
     ("torch", "torch._C._dynamo", "compiled_autograd", "virtual_hpu/.../compile_backend/experimental.py", "hooks"),
     (
         "neural_compressor",

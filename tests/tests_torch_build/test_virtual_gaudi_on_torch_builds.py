@@ -1,11 +1,10 @@
-"""The virtual Gaudi needs a build of torch without an accelerator of its own, as Gaudi's torch is.
+"""The virtual Gaudi works on every build of torch: the CPU build (as Gaudi's torch is) and one built for another
+accelerator (PyPI's default CUDA build on Linux, no GPU needed).
 
-torch has one accelerator, and its autograd synchronizes the streams of that device type only: on a build for CUDA
-(PyPI's default on Linux), every backward pass over hpu tensors failed ("Cannot have both HPU and cuda"), and so did
-``torch.accelerator`` and DataLoader's ``pin_memory``. Activation refuses such a build at once, saying what to install.
-On the CPU build a PrivateUse1 backend registered first stands for the other accelerator; on a CUDA build, CUDA is it.
-Outside ``tests_virtual_hpu``, whose tests need the virtual Gaudi active, so that they run on a CUDA build too
-(``.ci/cuda_torch``).
+torch has one accelerator, and its autograd synchronizes the streams of that device type only. On the CPU build hpu is
+torch's HPU device type; on a build with another accelerator it is torch's PrivateUse1 backend, named "hpu", and so
+torch's accelerator. Each test runs in a fresh process, as activation changes torch for the process. Outside
+``tests_virtual_hpu``, whose conftest activates the virtual Gaudi, so that ``.ci/cuda_torch`` runs this first.
 """
 
 import os
@@ -14,6 +13,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import torch
+
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 
 
@@ -21,40 +22,74 @@ def python(code: str, **env: str) -> subprocess.CompletedProcess:
     child_env = {k: v for k, v in os.environ.items() if not k.startswith(("VIRTUAL_HPU", "PT_HPU"))}
     child_env["PYTHONPATH"] = os.pathsep.join(filter(None, [SRC, os.environ.get("PYTHONPATH")]))
     command = [sys.executable, "-c", textwrap.dedent(code)]
-    return subprocess.run(command, env={**child_env, **env}, capture_output=True, text=True, timeout=300)
+    return subprocess.run(command, env={**child_env, **env}, capture_output=True, text=True, timeout=900)
 
 
-ANOTHER_ACCELERATOR = """
-import torch
-if not torch.backends.cuda.is_built():  # the CPU build: another backend takes the accelerator
-    torch.utils.rename_privateuse1_backend("other_accelerator")
-print(torch._C._get_privateuse1_backend_name() if not torch.backends.cuda.is_built() else "cuda")
-"""
-
-
-def test_a_torch_build_with_another_accelerator_is_refused_at_activation():
+def test_the_virtual_gaudi_trains_on_this_build():
     result = python(
-        ANOTHER_ACCELERATOR
-        + """
-import virtual_hpu
-try:
-    virtual_hpu.activate()
-except RuntimeError as error:
-    print(virtual_hpu.is_active(), hasattr(torch, "hpu"))
-    print(error)
-""",
+        """
+        import torch
+        import virtual_hpu
+
+        virtual_hpu.activate()
+        print(virtual_hpu.other_accelerator(), torch._C._get_privateuse1_backend_name())
+        print(torch.accelerator.current_accelerator().type)
+        model = torch.nn.Linear(4, 2).to("hpu")
+        x = torch.randn(8, 4, device="hpu")
+        with torch.autocast("hpu"):  # Gaudi's default autocast dtype
+            out = model(x)
+        print(out.dtype, out.device)
+        out.float().pow(2).mean().backward()
+        print(model.weight.grad.device, bool(model.weight.grad.abs().sum() > 0))
+        """,
         PT_HPU_AUTOLOAD="0",
     )
     assert result.returncode == 0, result.stderr
-    accelerator, state, message = result.stdout.rstrip("\n").split("\n")[-3:]
+    build, accelerator, autocast, grad = result.stdout.splitlines()[-4:]
+    other, backend = build.split()
+    built_for = next(
+        (n for n, b in [("cuda", torch._C._has_cuda), ("xpu", torch._C._has_xpu), ("mps", torch._C._has_mps)] if b),
+        None,
+    )
+    assert other == str(built_for)
+    assert backend == ("privateuseone" if built_for is None else "hpu")
+    assert accelerator == "hpu"
+    assert autocast == "torch.bfloat16 hpu:0"
+    assert grad == "hpu:0 True"
+
+
+def test_virtual_hpu_1_trains_from_import_torch():
+    result = python(
+        """
+        import torch
+
+        x = torch.ones(3, device="hpu", requires_grad=True)
+        (x * 2).sum().backward()
+        print(x.grad.tolist(), torch.accelerator.current_accelerator().type)
+        """,
+        VIRTUAL_HPU="1",
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-1] == "[2.0, 2.0, 2.0] hpu"
+
+
+def test_a_privateuse1_backend_named_otherwise_is_refused_at_activation():
+    """Another device extension loaded first holds torch's PrivateUse1 backend, and would be its accelerator."""
+    result = python(
+        """
+        import torch
+        torch.utils.rename_privateuse1_backend("other_accelerator")
+        import virtual_hpu
+        try:
+            virtual_hpu.activate()
+        except RuntimeError as error:
+            print(virtual_hpu.is_active(), hasattr(torch, "hpu"))
+            print(error)
+        """,
+        PT_HPU_AUTOLOAD="0",
+    )
+    assert result.returncode == 0, result.stderr
+    state, message = result.stdout.rstrip("\n").split("\n")[-2:]
     assert state == "False False"  # refused before it changed anything
-    assert f"is built for {accelerator!r}" in message
-    assert "Install the CPU build of the same torch version" in message
-
-
-def test_virtual_hpu_1_on_such_a_build_names_the_fix():
-    """With ``VIRTUAL_HPU=1`` the first activation (``import torch``'s autoload, or the bridge's import) says what to
-    do, instead of a failure at the first backward pass."""
-    result = python(ANOTHER_ACCELERATOR + "import habana_frameworks.torch.core", VIRTUAL_HPU="1", PT_HPU_AUTOLOAD="0")
-    assert result.returncode != 0
-    assert "The virtual Gaudi needs a build of torch without another accelerator" in result.stderr
+    assert "torch's PrivateUse1 backend is already 'other_accelerator'" in message
+    assert "Do not load that extension in a process with the virtual Gaudi" in message

@@ -4,6 +4,7 @@ from pathlib import Path
 
 import torch.utils.cpp_extension
 
+import virtual_hpu
 from virtual_hpu import _native
 
 
@@ -32,8 +33,12 @@ def test_stale_scratch_and_lock_are_discarded(tmp_path, monkeypatch):
     assert not scratch.exists()
 
 
-def test_library_path_changes_with_the_build_flags(tmp_path, monkeypatch):
+def test_a_build_with_another_accelerator_has_its_own_library(tmp_path, monkeypatch):
+    """There the device is compiled as torch's PrivateUse1 backend: a flag, part of the cache key."""
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
-    before = _native._library_path()
-    monkeypatch.setattr(_native, "_CFLAGS", [*_native._CFLAGS, "-DCHANGED"])
-    assert _native._library_path() != before
+    monkeypatch.setattr(virtual_hpu, "other_accelerator", lambda: None)
+    hpu_flags, hpu_library = _native._cflags(), _native._library_path()
+    monkeypatch.setattr(virtual_hpu, "other_accelerator", lambda: "cuda")
+    assert "-DVIRTUAL_HPU_PRIVATEUSE1" not in hpu_flags
+    assert "-DVIRTUAL_HPU_PRIVATEUSE1" in _native._cflags()
+    assert _native._library_path() != hpu_library

@@ -100,7 +100,7 @@ constexpr std::array<c10::DeleterFnPtr, kMaxDevices> kReleaseAdopted =
 
 c10::Storage adoptStorage(const c10::Storage& cpu, c10::DeviceIndex index) {
   const size_t nbytes = cpu.nbytes();
-  c10::Device device(c10::DeviceType::HPU, index);
+  c10::Device device(kDeviceType, index);
   c10::DataPtr data(nullptr, device);
   if (nbytes != 0) {
     void* ptr = cpu.mutable_data();
@@ -190,15 +190,15 @@ at::Tensor CpuAliases::toHpu(const at::Tensor& cpu, c10::DeviceIndex index) {
     if (entry.cpu_storage.get() == storage && entry.cpu_storage->data() == entry.hpu_storage->data()) {
       // A view of an input: the same view on the HPU storage.
       c10::Storage hpu(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(entry.hpu_storage));
-      return tensorOn(std::move(hpu), c10::DispatchKey::HPU, cpu);
+      return tensorOn(std::move(hpu), kDispatchKey, cpu);
     }
   }
   checkDtype(cpu.scalar_type());
   for (const auto& [cpu_storage, hpu_storage] : adopted_) {
-    if (cpu_storage == storage) return tensorOn(hpu_storage, c10::DispatchKey::HPU, cpu);
+    if (cpu_storage == storage) return tensorOn(hpu_storage, kDispatchKey, cpu);
   }
   adopted_.emplace_back(storage, adoptStorage(cpu.storage(), index));
-  return tensorOn(adopted_.back().second, c10::DispatchKey::HPU, cpu);
+  return tensorOn(adopted_.back().second, kDispatchKey, cpu);
 }
 
 }  // namespace virtual_hpu

@@ -135,7 +135,7 @@ class HpuAllocator final : public c10::Allocator {
   void setIndex(c10::DeviceIndex index) { index_ = index; }
 
   c10::DataPtr allocate(size_t nbytes) override {
-    c10::Device device(c10::DeviceType::HPU, index_);
+    c10::Device device(kDeviceType, index_);
     if (nbytes == 0) return {nullptr, nullptr, nullptr, device};
     const size_t held = nbytes >= kPooledMin ? sizeClass(nbytes) : nbytes;
     void* base = held >= kPooledMin ? g_pools[index_].take(held) : nullptr;
@@ -184,7 +184,7 @@ class CurrentDeviceAllocator final : public c10::Allocator {
 };
 
 CurrentDeviceAllocator g_current_device_allocator;
-REGISTER_ALLOCATOR(c10::DeviceType::HPU, &g_current_device_allocator);
+REGISTER_ALLOCATOR(kDeviceType, &g_current_device_allocator);
 
 // Pinned host memory, what `pin_memory()` hands out: plain host memory here (copies are synchronous anyway), kept in
 // a map of blocks so that `is_pinned()` recognises it, also from a pointer inside a block, and nothing else.
@@ -277,7 +277,7 @@ void recordAlloc(c10::DeviceIndex index, size_t nbytes, void* ptr) {
   const auto size = static_cast<int64_t>(nbytes);
   const int64_t limit = s.limit.load(std::memory_order_relaxed);
   const int64_t in_use = s.in_use.fetch_add(size, std::memory_order_relaxed) + size;
-  c10::Device device(c10::DeviceType::HPU, index);
+  c10::Device device(kDeviceType, index);
   if (limit != 0 && in_use > limit) {
     const int64_t before = s.in_use.fetch_sub(size, std::memory_order_relaxed) - size;
     c10::reportOutOfMemoryToProfiler(size, before, before, device);
@@ -298,7 +298,7 @@ void recordFree(c10::DeviceIndex index, size_t nbytes, void* ptr) {
   const int64_t in_use = s.in_use.fetch_sub(size, std::memory_order_relaxed) - size;
   s.num_frees.fetch_add(1, std::memory_order_relaxed);
   c10::reportMemoryUsageToProfiler(ptr, -size, in_use, s.reserved.load(std::memory_order_relaxed),
-                                   c10::Device(c10::DeviceType::HPU, index));
+                                   c10::Device(kDeviceType, index));
 }
 
 void recordSystemAlloc(c10::DeviceIndex index, size_t nbytes) {

@@ -14,7 +14,7 @@ std::atomic<bool> g_fp16_supported{true};
 std::unique_ptr<torch::Library> g_registrations;
 
 at::Tensor castTensor(const at::Tensor& t, c10::ScalarType to) {
-  return t.defined() ? at::autocast::cached_cast(to, t, c10::DeviceType::HPU) : t;
+  return t.defined() ? at::autocast::cached_cast(to, t, kDeviceType) : t;
 }
 
 // Casts the tensor arguments of the call on `stack` (all of them, or the first only) and runs the op
@@ -34,12 +34,12 @@ void castAndCall(const c10::OperatorHandle& op, torch::jit::Stack* stack, c10::S
       done = first_only;
     }
   }
-  c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::DispatchKey::AutocastHPU);
+  c10::impl::ExcludeDispatchKeyGuard no_autocast(kAutocastKey);
   op.callBoxed(stack);
 }
 
 c10::ScalarType lowerPrecision() {
-  const c10::ScalarType dtype = at::autocast::get_autocast_dtype(c10::DeviceType::HPU);
+  const c10::ScalarType dtype = at::autocast::get_autocast_dtype(kDeviceType);
   TORCH_CHECK(dtype != c10::ScalarType::Half || g_fp16_supported.load(),
               "torch.float16 autocast is not supported on first-generation Gaudi (VIRTUAL_HPU_GENERATION=GAUDI); "
               "use torch.bfloat16");
@@ -64,7 +64,7 @@ void castFp32(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::St
 void setAutocastOps(std::vector<std::string> lower, std::vector<std::string> lower_input,
                     std::vector<std::string> fp32) {
   g_registrations.reset();
-  auto library = std::make_unique<torch::Library>(torch::Library::IMPL, "aten", c10::DispatchKey::AutocastHPU,
+  auto library = std::make_unique<torch::Library>(torch::Library::IMPL, "aten", kAutocastKey,
                                                   __FILE__, __LINE__);
   for (const auto& name : lower) library->impl(name.c_str(), torch::CppFunction::makeFromBoxedFunction<&castLower>());
   for (const auto& name : lower_input) {
@@ -80,7 +80,7 @@ TORCH_LIBRARY_FRAGMENT(virtual_hpu, m) {
 }
 
 // Ops without a casting kernel pass straight through autocast.
-TORCH_LIBRARY_IMPL(_, AutocastHPU, m) { m.fallback(torch::CppFunction::makeFallthrough()); }
+VIRTUAL_HPU_AUTOCAST_LIBRARY_IMPL(_, m) { m.fallback(torch::CppFunction::makeFallthrough()); }
 
 }  // namespace
 

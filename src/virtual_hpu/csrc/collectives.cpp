@@ -52,11 +52,11 @@ void forEachTensor(const c10::IValue& value, const Visit& visit) {
 class HpuTensors {
  public:
   void add(const at::Tensor& t) {
-    if (t.defined() && t.is_hpu()) tensors_.push_back(t);
+    if (t.defined() && isHpu(t)) tensors_.push_back(t);
   }
 
   at::Tensor toHpu(const at::Tensor& cpu) const {
-    if (!cpu.defined() || cpu.is_hpu()) return cpu;
+    if (!cpu.defined() || isHpu(cpu)) return cpu;
     const void* base = cpu.storage().data();
     for (const at::Tensor& hpu : tensors_) {
       if (hpu.storage().data() != base || hpu.scalar_type() != cpu.scalar_type()) continue;
@@ -149,8 +149,8 @@ bool isProcessGroup(const c10::Argument& argument) {
 // group whose cpu backend is that hpu backend.
 c10::IValue withHpuBackend(const c10::IValue& value) {
   auto group = value.toCustomClass<c10d::ProcessGroup>();
-  if (!group->hasBackendForDeviceType(c10::DeviceType::HPU)) return value;
-  c10::intrusive_ptr<c10d::Backend> backend = group->getBackend(c10::DeviceType::HPU);
+  if (!group->hasBackendForDeviceType(kDeviceType)) return value;
+  c10::intrusive_ptr<c10d::Backend> backend = group->getBackend(kDeviceType);
   if (group->hasBackendForDeviceType(c10::DeviceType::CPU) && group->getBackend(c10::DeviceType::CPU) == backend) {
     return value;
   }
@@ -182,7 +182,7 @@ void collective(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::
   }
 }
 
-TORCH_LIBRARY_IMPL(c10d, HPU, m) {
+VIRTUAL_HPU_LIBRARY_IMPL(c10d, m) {
   for (const char* name :
        {"allreduce_", "allreduce_coalesced_", "reduce_", "broadcast_", "allgather_", "_allgather_base_",
         "allgather_coalesced_", "allgather_into_tensor_coalesced_", "reduce_scatter_", "_reduce_scatter_base_",
@@ -212,5 +212,5 @@ class HpuTimer : public c10d::Timer {
 
 // the registration macro names the registry unqualified
 namespace c10d {
-C10_REGISTER_TYPED_CLASS(TimerRegistry, c10::kHPU, virtual_hpu::HpuTimer);
+C10_REGISTER_TYPED_CLASS(TimerRegistry, virtual_hpu::kDeviceType, virtual_hpu::HpuTimer);
 }  // namespace c10d

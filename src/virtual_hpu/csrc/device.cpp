@@ -1,8 +1,14 @@
-// The device itself: a DeviceGuardImpl and HPU hooks so that torch treats `hpu` as available.
+// The device itself: a DeviceGuardImpl and the device's hooks so that torch treats `hpu` as available.
 #include "virtual_hpu.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+#ifdef VIRTUAL_HPU_PRIVATEUSE1
+#include <ATen/detail/PrivateUse1HooksInterface.h>
+#include <ATen/native/Resize.h>
+#include <c10/core/DeviceGuard.h>
+#else
 #include <ATen/detail/HPUHooksInterface.h>
+#endif
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/library.h>
 
@@ -24,14 +30,14 @@ struct HostEvent {
 };
 
 struct HpuGuardImpl final : c10::impl::DeviceGuardImplInterface {
-  c10::DeviceType type() const override { return c10::DeviceType::HPU; }
+  c10::DeviceType type() const override { return kDeviceType; }
 
   c10::Device exchangeDevice(c10::Device device) const override {
     c10::Device previous = getDevice();
     if (device.index() >= 0) setCurrentDevice(device.index());
     return previous;
   }
-  c10::Device getDevice() const override { return {c10::DeviceType::HPU, currentDevice()}; }
+  c10::Device getDevice() const override { return {kDeviceType, currentDevice()}; }
   void setDevice(c10::Device device) const override {
     if (device.index() >= 0) setCurrentDevice(device.index());
   }
@@ -42,7 +48,7 @@ struct HpuGuardImpl final : c10::impl::DeviceGuardImplInterface {
   c10::Stream getStream(c10::Device device) const override { return c10::Stream(c10::Stream::DEFAULT, device); }
   c10::Stream getDefaultStream(c10::Device device) const override { return c10::Stream(c10::Stream::DEFAULT, device); }
   c10::Stream getNewStream(c10::Device device, int /*priority*/) const override {
-    c10::Device on(c10::DeviceType::HPU, device.has_index() ? device.index() : currentDevice());
+    c10::Device on(kDeviceType, device.has_index() ? device.index() : currentDevice());
     return c10::Stream(c10::Stream::UNSAFE, on, g_next_stream_id++);
   }
   c10::Stream getStreamFromGlobalPool(c10::Device device, bool /*high_priority*/) const override {
@@ -73,7 +79,7 @@ struct HpuGuardImpl final : c10::impl::DeviceGuardImplInterface {
   }
 };
 
-C10_REGISTER_GUARD_IMPL(HPU, HpuGuardImpl);
+C10_REGISTER_GUARD_IMPL(VIRTUAL_HPU_KEY, HpuGuardImpl);
 
 void configure(int64_t devices, bool lazy) {
   TORCH_CHECK(devices >= 1 && devices <= kMaxDevices, "device count must be in [1, ", kMaxDevices, "], got ", devices);
@@ -110,14 +116,14 @@ c10::DeviceIndex resolveIndex(std::optional<c10::Device> device) {
 }  // namespace virtual_hpu
 
 namespace at {
+namespace {
 
-// Named `HPUHooks` because torch looks the hooks up by that name.
-struct HPUHooks final : HPUHooksInterface {
-  explicit HPUHooks(HPUHooksArgs /*args*/) {}
+// What torch asks of the device's hooks, whichever interface it asks through.
+template <typename Interface>
+struct DeviceHooks : Interface {
   void init() const override {}
   bool isBuilt() const override { return true; }
   bool isAvailable() const override { return virtual_hpu::deviceCount() > 0; }
-  bool hasHPU() const override { return true; }
   bool hasPrimaryContext(c10::DeviceIndex /*device_index*/) const override { return true; }
   c10::DeviceIndex deviceCount() const override { return virtual_hpu::deviceCount(); }
   void setCurrentDevice(c10::DeviceIndex device) const override { virtual_hpu::setCurrentDevice(device); }
@@ -132,11 +138,47 @@ struct HPUHooks final : HPUHooksInterface {
   const Generator& getDefaultGenerator(c10::DeviceIndex /*device_index*/) const override {
     return detail::getDefaultCPUGenerator();
   }
-  Device getDeviceFromPtr(void* /*data*/) const override { return {c10::DeviceType::HPU, virtual_hpu::currentDevice()}; }
+  Device getDeviceFromPtr(void* /*data*/) const override {
+    return {virtual_hpu::kDeviceType, virtual_hpu::currentDevice()};
+  }
   bool isPinnedPtr(const void* data) const override { return virtual_hpu::isPinned(data); }
   Allocator* getPinnedMemoryAllocator() const override { return virtual_hpu::pinnedAllocator(); }
 };
 
+}  // namespace
+
+#ifdef VIRTUAL_HPU_PRIVATEUSE1
+
+struct VirtualHpuPrivateUse1Hooks final : DeviceHooks<PrivateUse1HooksInterface> {
+  // PrivateUse1's interface has no default for these two. `torch.Generator("hpu")`: a CPU generator, as the default.
+  Generator getNewGenerator(c10::DeviceIndex /*device_index*/) const override {
+    return make_generator<CPUGeneratorImpl>(default_rng_seed_val);
+  }
+  // `untyped_storage().resize_()`: new memory from the allocator of the storage's device, the old bytes copied.
+  void resizePrivateUse1Bytes(const c10::Storage& storage, size_t newsize) const override {
+    const c10::DeviceGuard on(storage.device());
+    native::resize_bytes_cpu(storage.unsafeGetStorageImpl(), newsize);
+  }
+};
+
+namespace {
+[[maybe_unused]] const bool g_hooks_registered = [] {
+  static VirtualHpuPrivateUse1Hooks hooks;
+  RegisterPrivateUse1HooksInterface(&hooks);
+  return true;
+}();
+}  // namespace
+
+#else
+
+// Named `HPUHooks` because torch looks the hooks up by that name.
+struct HPUHooks final : DeviceHooks<HPUHooksInterface> {
+  explicit HPUHooks(HPUHooksArgs /*args*/) {}
+  bool hasHPU() const override { return true; }
+};
+
 REGISTER_HPU_HOOKS(HPUHooks);
+
+#endif
 
 }  // namespace at

@@ -121,7 +121,7 @@ class Arguments {
     if (lazy_) digest_ = tensorDigest(digest_, t);
     if (!t.defined()) return t;
     devices_.see(t);
-    at::Tensor cpu = t.is_hpu() ? aliases_.toCpu(c10::MaybeOwned<at::Tensor>::borrowed(t), written) : t;
+    at::Tensor cpu = isHpu(t) ? aliases_.toCpu(c10::MaybeOwned<at::Tensor>::borrowed(t), written) : t;
     return widen_ ? cpu.to(c10::ScalarType::Float) : cpu;
   }
   std::optional<at::Tensor> cpu(const std::optional<at::Tensor>& t, bool written) {
@@ -193,7 +193,7 @@ class DeviceOutput final : public Native {
     const c10::ScalarType dtype = options.dtype().toScalarType();
     checkDtype(dtype);
     c10::Allocator* allocator = allocatorFor(arguments_.device());
-    const c10::DispatchKeySet keys(c10::DispatchKey::HPU);
+    const c10::DispatchKeySet keys(kDispatchKey);
     // no strides: dense in the options' memory format
     hpu_ = strides.empty() ? at::detail::empty_generic(sizes, allocator, keys, dtype, options.memory_format_opt())
                            : at::detail::empty_strided_generic(sizes, strides, allocator, keys, dtype);
@@ -295,7 +295,7 @@ TORCH_LIBRARY_FRAGMENT(virtual_hpu, m) {
 
 // What an optimizer step (SGD, Adam, AdamW: one tensor at a time, as torch runs them on hpu), the forward and backward
 // of linear layers, normalizations, activations and losses call per step.
-TORCH_LIBRARY_IMPL(aten, HPU, m) {
+VIRTUAL_HPU_LIBRARY_IMPL(aten, m) {
   namespace ops = at::_ops;
   namespace native = at::native;
   // out-of-place elementwise ops: the CPU kernel writes straight into device memory

@@ -56,7 +56,7 @@ void hpuFallback(const c10::OperatorHandle& op, c10::DispatchKeySet /*keys*/, to
   auto listElementToCpu = [&](const at::Tensor& t) -> at::Tensor {
     if (!t.defined()) return t;
     devices.see(t);
-    return t.is_hpu() ? aliases.toCpu(c10::MaybeOwned<at::Tensor>::owned(at::Tensor(t))) : t;
+    return isHpu(t) ? aliases.toCpu(c10::MaybeOwned<at::Tensor>::owned(at::Tensor(t))) : t;
   };
 
   for (size_t i = 0; i < arguments.size(); ++i) {
@@ -65,14 +65,14 @@ void hpuFallback(const c10::OperatorHandle& op, c10::DispatchKeySet /*keys*/, to
       // moved, not copied, out of the stack: no reference count to change
       at::Tensor tensor = std::move(value).toTensor();
       if (tensor.defined()) devices.see(tensor);
-      if (tensor.defined() && tensor.is_hpu()) {
+      if (tensor.defined() && isHpu(tensor)) {
         const auto* alias_info = arguments[i].alias_info();
         const bool written = alias_info != nullptr && alias_info->isWrite();
         value = aliases.toCpu(c10::MaybeOwned<at::Tensor>::owned(std::move(tensor)), written);
       } else {
         value = std::move(tensor);
       }
-    } else if (value.isDevice() && value.toDevice().is_hpu()) {
+    } else if (value.isDevice() && isHpu(value.toDevice())) {
       requested = resolveIndex(value.toDevice());
       value = c10::Device(c10::DeviceType::CPU);
     } else {

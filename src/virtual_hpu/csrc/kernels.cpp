@@ -23,7 +23,7 @@ at::Tensor empty(c10::IntArrayRef size, std::optional<c10::ScalarType> dtype, st
                  std::optional<c10::MemoryFormat> memory_format) {
   const c10::ScalarType type = c10::dtype_or_default(dtype);
   checkDtype(type);
-  return at::detail::empty_generic(size, allocatorFor(resolveIndex(device)), c10::DispatchKeySet(c10::DispatchKey::HPU),
+  return at::detail::empty_generic(size, allocatorFor(resolveIndex(device)), c10::DispatchKeySet(kDispatchKey),
                                    type, memory_format);
 }
 
@@ -33,7 +33,7 @@ at::Tensor emptyStrided(c10::IntArrayRef size, c10::IntArrayRef stride, std::opt
   const c10::ScalarType type = c10::dtype_or_default(dtype);
   checkDtype(type);
   return at::detail::empty_strided_generic(size, stride, allocatorFor(resolveIndex(device)),
-                                           c10::DispatchKeySet(c10::DispatchKey::HPU), type);
+                                           c10::DispatchKeySet(kDispatchKey), type);
 }
 
 // Whether float32 holds every value of `type` exactly (float32 itself, and all types of 16 bits or less), so that a
@@ -42,16 +42,16 @@ bool fitsInFloat32(c10::ScalarType type) { return type == c10::ScalarType::Float
 
 // Every transfer to or from the device runs as a CPU copy between aliases of the same memory.
 at::Tensor copyFrom(const at::Tensor& self, const at::Tensor& dst, bool /*non_blocking*/) {
-  if (self.is_hpu() && !dst.is_hpu()) {
+  if (isHpu(self) && !isHpu(dst)) {
     countHostSync();
   } else {
     countOp(isLazy() ? tensorDigest(tensorDigest(0x636f7079, self), dst) : 0);
   }
   CpuAliases aliases;
-  at::Tensor source = self.is_hpu() ? aliases.toCpu(c10::MaybeOwned<at::Tensor>::borrowed(self)) : self;
-  at::Tensor target = dst.is_hpu() ? aliases.toCpu(c10::MaybeOwned<at::Tensor>::borrowed(dst)) : dst;
+  at::Tensor source = isHpu(self) ? aliases.toCpu(c10::MaybeOwned<at::Tensor>::borrowed(self)) : self;
+  at::Tensor target = isHpu(dst) ? aliases.toCpu(c10::MaybeOwned<at::Tensor>::borrowed(dst)) : dst;
   target.copy_(source);
-  if (dst.is_hpu() && !fitsInFloat32(source.scalar_type())) roundToFloat(target);
+  if (isHpu(dst) && !fitsInFloat32(source.scalar_type())) roundToFloat(target);
   return dst;
 }
 
@@ -69,7 +69,7 @@ c10::Scalar localScalarDense(const at::Tensor& self) {
 // Storages set into HPU tensors must be HPU storages.
 at::Tensor& setStorage(at::Tensor& self, c10::Storage source, int64_t storage_offset, c10::IntArrayRef size,
                        c10::IntArrayRef stride) {
-  TORCH_CHECK(source.device().is_hpu(), "set_: expected a storage on hpu, got one on ", source.device());
+  TORCH_CHECK(isHpu(source.device()), "set_: expected a storage on hpu, got one on ", source.device());
   return at::native::set_storage_cpu_(self, std::move(source), storage_offset, size, stride);
 }
 
@@ -97,7 +97,7 @@ void registerCpuKernelsOverComposites(torch::Library& m) {
     const std::string_view full = name.name;
     if (full.rfind("aten::", 0) != 0) continue;
     const auto op = dispatcher.findOp(name);
-    if (!op || op->hasKernelForDispatchKey(c10::DispatchKey::HPU) ||
+    if (!op || op->hasKernelForDispatchKey(kDispatchKey) ||
         !op->hasKernelForDispatchKey(c10::DispatchKey::CPU) ||
         !(op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd) ||
           op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional))) {
@@ -124,7 +124,7 @@ void histc(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::jit::
 // Host memory is written synchronously: no stream can still be using a tensor's memory when it is freed.
 void recordStream(at::Tensor& /*self*/, c10::Stream /*stream*/) {}
 
-TORCH_LIBRARY_IMPL(aten, HPU, m) {
+VIRTUAL_HPU_LIBRARY_IMPL(aten, m) {
   m.impl("empty.memory_format", &empty);
   m.impl("empty_strided", &emptyStrided);
   m.impl("_copy_from", &copyFrom);
@@ -149,7 +149,7 @@ TORCH_LIBRARY_IMPL(aten, HPU, m) {
   registerCpuKernelsOverComposites(m);
 }
 
-TORCH_LIBRARY_IMPL(_, HPU, m) { m.fallback(torch::CppFunction::makeFromBoxedFunction<&hpuFallback>()); }
+VIRTUAL_HPU_LIBRARY_IMPL(_, m) { m.fallback(torch::CppFunction::makeFromBoxedFunction<&hpuFallback>()); }
 
 }  // namespace
 

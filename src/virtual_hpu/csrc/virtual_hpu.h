@@ -10,7 +10,36 @@
 
 #include <string_view>
 
+// The device the virtual Gaudi is. Gaudi's torch, like the CPU build, has an HPU device type. A torch built for another
+// accelerator (CUDA, XPU, MPS) has that one as its accelerator, and autograd syncs only its streams: a second device
+// works there only as torch's PrivateUse1 backend, which Python names "hpu" before loading this library (_native.py).
+#ifdef VIRTUAL_HPU_PRIVATEUSE1
+#define VIRTUAL_HPU_KEY PrivateUse1
+#define VIRTUAL_HPU_AUTOCAST_KEY AutocastPrivateUse1
+#else
+#define VIRTUAL_HPU_KEY HPU
+#define VIRTUAL_HPU_AUTOCAST_KEY AutocastHPU
+#endif
+// TORCH_LIBRARY_IMPL pastes its key into names: expand ours first.
+#define VIRTUAL_HPU_LIBRARY_IMPL_(ns, key, m) TORCH_LIBRARY_IMPL(ns, key, m)
+#define VIRTUAL_HPU_LIBRARY_IMPL(ns, m) VIRTUAL_HPU_LIBRARY_IMPL_(ns, VIRTUAL_HPU_KEY, m)
+#define VIRTUAL_HPU_AUTOCAST_LIBRARY_IMPL(ns, m) VIRTUAL_HPU_LIBRARY_IMPL_(ns, VIRTUAL_HPU_AUTOCAST_KEY, m)
+
 namespace virtual_hpu {
+
+constexpr c10::DeviceType kDeviceType = c10::DeviceType::VIRTUAL_HPU_KEY;
+constexpr c10::DispatchKey kDispatchKey = c10::DispatchKey::VIRTUAL_HPU_KEY;
+constexpr c10::DispatchKey kAutocastKey = c10::DispatchKey::VIRTUAL_HPU_AUTOCAST_KEY;
+
+// Whether a tensor or device is on the virtual Gaudi.
+template <typename TensorOrDevice>
+inline bool isHpu(const TensorOrDevice& x) {
+#ifdef VIRTUAL_HPU_PRIVATEUSE1
+  return x.is_privateuseone();
+#else
+  return x.is_hpu();
+#endif
+}
 
 // Upper bound on the number of devices a process may configure.
 constexpr c10::DeviceIndex kMaxDevices = 16;
@@ -88,7 +117,7 @@ void hpuFallback(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch:
 class DeviceCheck {
  public:
   void see(const at::Tensor& t) {
-    if (t.is_hpu()) {
+    if (isHpu(t)) {
       if (!hpu_) {
         hpu_ = t.device();
       } else if (*hpu_ != t.device()) {

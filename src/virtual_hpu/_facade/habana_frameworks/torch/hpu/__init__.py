@@ -219,6 +219,19 @@ def set_autocast_hpu_dtype(dtype: torch.dtype) -> None:
     torch.set_autocast_dtype("hpu", dtype)
 
 
+# torch asks these of the device module of its PrivateUse1 backend, which hpu is on a torch built for another
+# accelerator (virtual_hpu.other_accelerator()).
+def get_amp_supported_dtype() -> list[torch.dtype]:
+    """The dtypes ``torch.autocast("hpu")`` accepts; float16 on first-generation Gaudi is refused when an op casts,
+    as on the HPU device type."""
+    return [torch.bfloat16, torch.float16]
+
+
+def _is_in_bad_fork() -> bool:
+    """The virtual device has no driver state that a forked child could lose."""
+    return False
+
+
 def _index(device: _DeviceLike) -> int:
     """Index of ``device`` (``hpu``, ``hpu:1``, ``1``, ``None``), the current device when it has none."""
     if device is None:
