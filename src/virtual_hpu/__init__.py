@@ -5,6 +5,7 @@ small torch extension, registers ``torch.hpu`` and makes a ``habana_frameworks``
 run where a real Gaudi software stack is installed.
 """
 
+import importlib
 import importlib.machinery
 import importlib.util
 import logging
@@ -93,6 +94,21 @@ def _claim_privateuse1() -> None:
         )
 
 
+def _optimizers_per_tensor_on_hpu() -> None:
+    """torch's optimizers, gradient clipping and SWA default to their foreach path on its PrivateUse1 backend, not on
+    its HPU device type: where hpu is PrivateUse1, they keep Gaudi's per-tensor default (and its numerics)."""
+    from torch.utils import _foreach_utils
+
+    devices = _foreach_utils._get_foreach_kernels_supported_devices
+
+    def without_hpu() -> list[str]:
+        return [device for device in devices() if device != "hpu"]
+
+    # torch.optim hides its `optimizer` module behind the class of that name
+    for name in ("torch.utils._foreach_utils", "torch.optim.optimizer", "torch.optim.swa_utils"):
+        importlib.import_module(name)._get_foreach_kernels_supported_devices = without_hpu
+
+
 def activate(
     devices: Optional[int] = None, generation: Optional[str] = None, memory_mb: Optional[int] = None
 ) -> Config:
@@ -135,6 +151,7 @@ def activate(
         # Gaudi's autocast default, which torch has for HPU; for PrivateUse1 it is float16. torch keeps it per thread:
         # another thread's `torch.autocast("hpu")` without a dtype gets float16.
         torch.set_autocast_dtype("hpu", torch.bfloat16)
+        _optimizers_per_tensor_on_hpu()
     ops = torch.ops.virtual_hpu
     ops.configure(wanted.devices, wanted.lazy)
     for index in range(wanted.devices):

@@ -369,6 +369,27 @@ PRIVATE_NAMES = [
     ("torch", "torch._C", "_has_xpu", "virtual_hpu/__init__.py", "telling a build with another accelerator"),
     ("torch", "torch._C", "_has_mps", "virtual_hpu/__init__.py", "telling a build with another accelerator"),
     ("torch", "torch._C", "_get_privateuse1_backend_name", "virtual_hpu/__init__.py", "PrivateUse1 free or ours"),
+    (
+        "torch",
+        "torch.utils._foreach_utils",
+        "_get_foreach_kernels_supported_devices",
+        "virtual_hpu/__init__.py",
+        "per-tensor optimizers on a PrivateUse1 hpu",
+    ),
+    (
+        "torch",
+        "torch.optim.optimizer",
+        "_get_foreach_kernels_supported_devices",
+        "virtual_hpu/__init__.py",
+        "per-tensor optimizers on a PrivateUse1 hpu",
+    ),
+    (
+        "torch",
+        "torch.optim.swa_utils",
+        "_get_foreach_kernels_supported_devices",
+        "virtual_hpu/__init__.py",
+        "per-tensor optimizers on a PrivateUse1 hpu",
+    ),
     ("torch", "torch._C._dynamo", "compiled_autograd", "virtual_hpu/.../compile_backend/experimental.py", "hooks"),
     (
         "neural_compressor",

@@ -4,7 +4,6 @@
 #include <ATen/CPUGeneratorImpl.h>
 #ifdef VIRTUAL_HPU_PRIVATEUSE1
 #include <ATen/detail/PrivateUse1HooksInterface.h>
-#include <ATen/native/Resize.h>
 #include <c10/core/DeviceGuard.h>
 #else
 #include <ATen/detail/HPUHooksInterface.h>
@@ -12,8 +11,10 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstring>
 
 namespace virtual_hpu {
 namespace {
@@ -154,10 +155,17 @@ struct VirtualHpuPrivateUse1Hooks final : DeviceHooks<PrivateUse1HooksInterface>
   Generator getNewGenerator(c10::DeviceIndex /*device_index*/) const override {
     return make_generator<CPUGeneratorImpl>(default_rng_seed_val);
   }
-  // `untyped_storage().resize_()`: new memory from the allocator of the storage's device, the old bytes copied.
+  // `untyped_storage().resize_()`: new memory from the allocator of the storage's device, the old bytes copied. Not
+  // torch's resize_bytes_cpu: resized to 0 bytes, its storage would be on the CPU (FSDP frees parameters so).
   void resizePrivateUse1Bytes(const c10::Storage& storage, size_t newsize) const override {
+    c10::StorageImpl* impl = storage.unsafeGetStorageImpl();
+    TORCH_CHECK(impl->resizable(), "Trying to resize storage that is not resizable");
     const c10::DeviceGuard on(storage.device());
-    native::resize_bytes_cpu(storage.unsafeGetStorageImpl(), newsize);
+    c10::DataPtr data = impl->allocator()->allocate(newsize);
+    const size_t kept = std::min(newsize, impl->nbytes());
+    if (kept > 0) std::memcpy(data.get(), impl->data(), kept);
+    impl->set_data_ptr_noswap(std::move(data));
+    impl->set_nbytes(newsize);
   }
 };
 

@@ -4,6 +4,9 @@
 #include <ATen/EmptyTensor.h>
 #include <ATen/native/Resize.h>
 #include <ATen/ops/_fused_sdp_choice_native.h>
+#ifdef VIRTUAL_HPU_PRIVATEUSE1
+#include <ATen/native/transformers/attention.h>
+#endif
 #include <ATen/ops/_local_scalar_dense_native.h>
 #include <ATen/ops/_reshape_alias_native.h>
 #include <ATen/ops/as_strided_native.h>
@@ -121,6 +124,17 @@ void histc(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::jit::
   if (integral) stack->back() = stack->back().toTensor().to(type);
 }
 
+#ifdef VIRTUAL_HPU_PRIVATEUSE1
+// `param.data = tensor` between hpu and cpu, which torch allows for its HPU device type but, by this check, not for a
+// PrivateUse1 one.
+bool hasCompatibleShallowCopyType(const at::Tensor& self, const at::Tensor& from) {
+  auto dense = [](const at::Tensor& t) {
+    return t.key_set().has_any(c10::DispatchKeySet(c10::DispatchKey::Dense)) && (t.is_cpu() || isHpu(t));
+  };
+  return (dense(self) && dense(from)) || self.unsafeGetTensorImpl()->has_compatible_shallow_copy_type(from.key_set());
+}
+#endif
+
 // Host memory is written synchronously: no stream can still be using a tensor's memory when it is freed.
 void recordStream(at::Tensor& /*self*/, c10::Stream /*stream*/) {}
 
@@ -146,6 +160,9 @@ VIRTUAL_HPU_LIBRARY_IMPL(aten, m) {
   // The CPU choice reads only metadata, but through the fallback's aliases it would not see which inputs require
   // grad and could pick a fused kernel that cannot differentiate an attention bias that does.
   m.impl("_fused_sdp_choice", &at::native::_fused_sdp_choice_cpp);
+#ifdef VIRTUAL_HPU_PRIVATEUSE1
+  m.impl("_has_compatible_shallow_copy_type", &hasCompatibleShallowCopyType);
+#endif
   registerCpuKernelsOverComposites(m);
 }
 
@@ -174,3 +191,10 @@ void roundToFloat(const at::Tensor& cpu) {
 }
 
 }  // namespace virtual_hpu
+
+#ifdef VIRTUAL_HPU_PRIVATEUSE1
+// For a PrivateUse1 device, scaled_dot_product_attention asks this dispatch stub instead of the `_fused_sdp_choice` op.
+namespace at::native {
+REGISTER_PRIVATEUSE1_DISPATCH(_fused_sdp_choice_stub, &_fused_sdp_choice_cpp);
+}  // namespace at::native
+#endif
