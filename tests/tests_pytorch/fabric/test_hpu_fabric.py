@@ -159,7 +159,8 @@ def test_fsdp_two_ranks_equal_one_process_on_the_union(tmp_path, precision, tole
     )
 
 
-@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+# ddp resumes as fsdp does; its run (40 s) is a stress run, to keep the suite under its time
+@pytest.mark.parametrize("strategy", [pytest.param("ddp", marks=pytest.mark.stress), "fsdp"])
 def test_resumed_two_rank_run_equals_an_uninterrupted_one(tmp_path, strategy):
     checkpoint = tmp_path / "checkpoint"
     common = ("--devices", "2", "--strategy", strategy, "--steps", "2")

@@ -12,7 +12,11 @@ SCRIPT = Path(__file__).parents[1] / "helpers" / "hpex_optimizers_run.py"
 
 @pytest.mark.parametrize(
     ("fused", "counterpart", "state_keys"),
-    [("FusedAdamW", "AdamW", ["exp_avg", "exp_avg_sq", "step"]), ("FusedSGD", "SGD", ["momentum_buffer"])],
+    [
+        ("FusedAdamW", "AdamW", ["exp_avg", "exp_avg_sq", "step"]),
+        # resumes as FusedAdamW does; a stress run (27 s), to keep the suite under its time
+        pytest.param("FusedSGD", "SGD", ["momentum_buffer"], marks=pytest.mark.stress),
+    ],
 )
 def test_a_resumed_two_hpu_run_ends_where_torchs_optimizer_does_uninterrupted(tmp_path, fused, counterpart, state_keys):
     checkpoint, first, resumed, reference = (tmp_path / name for name in ("fit.ckpt", "first", "resumed", "torch"))
