@@ -16,7 +16,6 @@ op runs on CPU without autocast. The virtual device runs the same CPU kernels, s
 Where the CPU kernel refuses a dtype mix, hpu must refuse it too.
 """
 
-import warnings
 from dataclasses import dataclass
 from typing import Callable, Optional
 
@@ -344,23 +343,6 @@ def _assert_same(where: str, actual, expected, exact: bool) -> None:
         assert tensor.dtype == reference.dtype, f"{where}, tensor {i}: {tensor.dtype}, CPU gives {reference.dtype}"
         tolerance = {"rtol": 0, "atol": 0} if exact else {}
         torch.testing.assert_close(tensor, reference, **tolerance, equal_nan=True, msg=lambda m: f"{where}: {m}")
-
-
-@pytest.fixture(autouse=True)
-def _eager_dispatch():
-    """Each case runs with eager dispatch as in a fresh process: no Python dispatcher, no torch-function mode.
-
-    In the full suite, one worker reached this module with torch's Python dispatcher (or a torch-function mode) on:
-    composite ops then ran as Python decompositions, whose ``mul`` autocast computed in bf16 (bilinear ``interpolate``
-    differed by 0.004). The process-state check restores the dispatcher after every test, so the state was set outside
-    a test; until it is found, it is reported here as a warning instead of failing every op that decomposes."""
-    dispatcher = torch._C._dispatch_tls_is_dispatch_key_included(torch._C.DispatchKey.PythonDispatcher)
-    modes = torch._C._len_torch_function_stack()
-    if dispatcher or modes:
-        state = f"the Python dispatcher {'on' if dispatcher else 'off'} and {modes} torch-function mode(s)"
-        warnings.warn(f"op sweep started with {state}", stacklevel=2)
-    with torch._C._DisablePythonDispatcher(), torch._C.DisableTorchFunction():
-        yield
 
 
 @pytest.fixture(autouse=True)
