@@ -25,8 +25,12 @@ demo: setup
 
 # two workers (pytest-xdist), each taking whole test files, so that a file's module fixtures and order stay in one
 # process; files are handed out in collection order, which starts the slowest (benchmarks, docs, multi-process) early
+# The op sweep compares each op with the CPU bit for bit: it runs in a process of its own, since in a worker that ran
+# other suites first, composite ops on hpu were found decomposed into pieces autocast cast (origin not yet found).
 test: setup
-	$(PY) -m pytest -n 2 --dist loadfile --no-loadscope-reorder --durations=25 tests/tests_pytorch tests/tests_virtual_hpu
+	$(PY) -m pytest -n 2 --dist loadfile --no-loadscope-reorder --durations=25 tests/tests_pytorch tests/tests_virtual_hpu \
+	  --ignore=tests/tests_virtual_hpu/test_op_sweep.py
+	$(PY) -m pytest -n 2 -p no:cacheprovider tests/tests_virtual_hpu/test_op_sweep.py
 
 lint: setup
 	$(PY) -m ruff check src tests examples benchmarks
