@@ -17,6 +17,7 @@ from pathlib import Path
 
 import lightning as L
 import torch
+from lightning_utilities.core.apply_func import apply_to_collection
 from torch import nn
 from torch.utils.data import DataLoader
 
@@ -41,13 +42,8 @@ def optimizer_of(model: nn.Module) -> torch.optim.Optimizer:
 
 
 def host(value):
-    if isinstance(value, torch.Tensor):
-        return value.detach().cpu().clone()
-    if isinstance(value, dict):
-        return {key: host(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return type(value)(host(item) for item in value)
-    return value
+    """Tensors (also in dicts and lists) on the host, to be saved and compared with another run."""
+    return apply_to_collection(value, torch.Tensor, lambda tensor: tensor.detach().cpu().clone())
 
 
 def one_process_on_the_cpu(world_size: int, batch_size: int) -> dict:

@@ -21,6 +21,7 @@ from argparse import ArgumentParser
 from pathlib import Path
 
 import torch
+from lightning_utilities.core.apply_func import apply_to_collection
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
@@ -49,13 +50,7 @@ class Rows(Dataset):
 
 def host(value):
     """Tensors (also in dicts and lists) on the host, to be saved and compared with another run."""
-    if isinstance(value, torch.Tensor):
-        return value.detach().cpu().clone()
-    if isinstance(value, dict):
-        return {key: host(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return type(value)(host(item) for item in value)
-    return value
+    return apply_to_collection(value, torch.Tensor, lambda tensor: tensor.detach().cpu().clone())
 
 
 class Regressor(pl.LightningModule):
