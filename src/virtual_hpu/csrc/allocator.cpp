@@ -10,6 +10,9 @@
 #include <atomic>
 #include <cstdint>
 #include <cstdio>
+#include <deque>
+#include <iterator>
+#include <list>
 #include <map>
 #include <mutex>
 #include <pthread.h>
@@ -64,25 +67,39 @@ size_t sizeClass(size_t nbytes) {
 }
 
 // One device's free pooled blocks by capacity. It holds at most as many bytes as the device ever had in use, so a
-// device never reserves more than twice its peak; blocks beyond that go back to the host.
+// device never reserves more than twice its peak. When a freed block does not fit, the blocks freed longest ago go
+// back to the host to make room: a loop that repeats the same sizes finds them pooled, whatever ran before it.
 class Pool {
  public:
   void* take(size_t capacity) {
     std::lock_guard<std::mutex> lock(mutex_);
-    auto free = blocks_.find(capacity);
-    if (free == blocks_.end() || free->second.empty()) return nullptr;
-    void* base = free->second.back();
+    auto free = by_capacity_.find(capacity);
+    if (free == by_capacity_.end() || free->second.empty()) return nullptr;
+    auto newest = free->second.back();
     free->second.pop_back();
+    void* base = newest->base;
+    by_age_.erase(newest);
     held_ -= capacity;
     return base;
   }
 
-  bool keep(void* base, size_t capacity, int64_t bound) {
+  // Keeps a freed block unless it alone exceeds the bound; returns the blocks evicted for it, for the host.
+  std::vector<void*> keep(void* base, size_t capacity, int64_t bound, bool& kept) {
+    std::vector<void*> evicted;
     std::lock_guard<std::mutex> lock(mutex_);
-    if (static_cast<int64_t>(held_ + capacity) > bound) return false;
-    blocks_[capacity].push_back(base);
+    kept = static_cast<int64_t>(capacity) <= bound;
+    if (!kept) return evicted;
+    while (static_cast<int64_t>(held_ + capacity) > bound) {
+      const Block oldest = by_age_.front();
+      by_capacity_[oldest.capacity].pop_front();  // the oldest of its class, too
+      by_age_.pop_front();
+      held_ -= oldest.capacity;
+      evicted.push_back(oldest.base);
+    }
+    by_age_.push_back({base, capacity});
+    by_capacity_[capacity].push_back(std::prev(by_age_.end()));
     held_ += capacity;
-    return true;
+    return evicted;
   }
 
   // A fork while another thread holds the lock would leave it held forever in the child.
@@ -90,8 +107,13 @@ class Pool {
   void unlock() { mutex_.unlock(); }
 
  private:
+  struct Block {
+    void* base;
+    size_t capacity;
+  };
   std::mutex mutex_;
-  std::unordered_map<size_t, std::vector<void*>> blocks_;
+  std::list<Block> by_age_;  // oldest first
+  std::unordered_map<size_t, std::deque<std::list<Block>::iterator>> by_capacity_;
   size_t held_ = 0;
 };
 
@@ -126,8 +148,11 @@ void freeBlock(void* base) {
   const c10::DeviceIndex index = header->index;
   recordFree(index, header->nbytes, static_cast<char*>(base) + kHeader);
   const int64_t bound = g_stats[index].peak_in_use.load(std::memory_order_relaxed);
-  if (header->held >= kPooledMin && g_pools[index].keep(base, header->held, bound)) return;
-  returnToHost(base);
+  bool kept = false;
+  if (header->held >= kPooledMin) {
+    for (void* evicted : g_pools[index].keep(base, header->held, bound, kept)) returnToHost(evicted);
+  }
+  if (!kept) returnToHost(base);
 }
 
 class HpuAllocator final : public c10::Allocator {
