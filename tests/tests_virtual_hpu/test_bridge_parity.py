@@ -15,6 +15,7 @@ from typing import Any, Optional
 
 import pytest
 import torch
+from torch.optim.optimizer import required
 
 BRIDGE = json.loads((Path(__file__).parent / "bridge_names.json").read_text())
 MODULES = BRIDGE["modules"]
@@ -43,6 +44,8 @@ def _parameters(obj: Any, kind: str) -> Optional[list]:
 def _same_default(ours: Any, theirs: Optional[str]) -> bool:
     if theirs is None:
         return ours is _NO_DEFAULT
+    if theirs == "required":  # torch's sentinel for an optimizer argument without a default
+        return ours is required
     try:
         return ours == ast.literal_eval(theirs)
     except ValueError:  # an expression (an enum member, a constant): compare its spelling

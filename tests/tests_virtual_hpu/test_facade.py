@@ -1,5 +1,6 @@
 """The habana_frameworks API that integrations (Lightning, DeepSpeed) call."""
 
+import json
 import os
 
 import habana_frameworks.torch.core as htcore
@@ -106,6 +107,42 @@ def test_core_exposes_step_closure(python):
         """
     )
     assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.parametrize("lazy", ["1", "0"], ids=["lazy", "eager"])
+def test_step_closures_run_after_the_next_cut_in_lazy_mode_only(python, lazy):
+    # Gaudi scripts read a loss's value in a closure, after the graph computing it ran (``add_step_closure``)
+    result = python(
+        """
+        import json, logging, torch, virtual_hpu
+        virtual_hpu.activate()
+        import habana_frameworks.torch.core as htcore
+        from virtual_hpu import accounting
+        logging.basicConfig()
+        seen = []
+        loss = torch.tensor(2.5, device="hpu")
+        htcore.add_step_closure(lambda value, tag: seen.append([value.item(), tag]), (loss, "a"))
+        before = list(seen)
+        htcore.mark_step()
+        after_cut = list(seen)
+        htcore.add_step_closure(seen.append, ("b",))
+        htcore.iter_mark_step()
+        htcore.mark_step()
+        print(json.dumps([before, after_cut, seen, accounting.counters()["mark_steps"]]))
+        """,
+        PT_HPU_LAZY_MODE=lazy,
+    )
+    assert result.returncode == 0, result.stderr
+    before, after_cut, seen, mark_steps = json.loads(result.stdout.strip().splitlines()[-1])
+    if lazy == "1":
+        assert before == [] and after_cut == [[2.5, "a"]]
+        assert seen == [[2.5, "a"], "b"]  # each closure once, after the cut that followed it
+        assert mark_steps == 3
+    else:
+        # the bridge's three calls are lazy-mode only: nothing runs, and each says so once
+        assert before == after_cut == seen == [] and mark_steps == 0
+        for name in ("add_step_closure", "mark_step", "iter_mark_step"):
+            assert result.stderr.count(f"internal:{name} has no effect in eager mode") == 1, result.stderr
 
 
 def test_checkpointing_uses_the_device_module():

@@ -2,23 +2,9 @@
 
 from typing import Any
 
-import torch
-
 from habana_frameworks.torch import hpu  # noqa: F401  (``core.hpu.Event`` and friends, as on the real stack)
-
-
-def is_lazy() -> bool:
-    """Whether lazy mode is on (``PT_HPU_LAZY_MODE``, default 0), as read at activation."""
-    import virtual_hpu
-
-    return virtual_hpu.config().lazy
-
-
-def mark_step(device_str: str = "", sync: bool = False) -> None:
-    """Cut the pending lazy graph. The virtual device runs ops eagerly, so this only counts the cut;
-    in eager mode it is a no-op, as on Gaudi."""
-    if is_lazy():
-        torch.ops.virtual_hpu.mark_step()
+from habana_frameworks.torch.core.step_closure import add_step_closure, iter_mark_step, mark_step  # noqa: F401
+from habana_frameworks.torch.utils.internal import is_lazy  # noqa: F401
 
 
 # Gaudi's inference mode (for models prepared for inference, e.g. quantized ones; the bridge keeps it in its library,
@@ -63,10 +49,6 @@ def hpu_initialize(
 
 
 hpu_inference_initialize = hpu_initialize
-
-
-# the real ``core`` imports it, so ``htcore.step_closure._mark_step_if_lazy`` works after ``import ...core``
-from habana_frameworks.torch.core import step_closure  # noqa: E402, F401
 
 # as on the real stack, importing core registers torch.compile's "hpu_backend"
 from habana_frameworks.torch.dynamo import compile_backend  # noqa: E402, F401
