@@ -13,7 +13,13 @@ from lightning.fabric.strategies import STRATEGY_REGISTRY, Strategy
 
 from lightning_fabric.plugins.precision import HPUDeepSpeedPrecision, HPUFSDPPrecision, HPUPrecision
 from lightning_fabric.plugins.precision.hpu import FabricHooks
-from lightning_fabric.strategies import HPUDeepSpeedStrategy, HPUFSDPStrategy, HPUParallelStrategy, SingleHPUStrategy
+from lightning_fabric.strategies import (
+    HPUDeepSpeedStrategy,
+    HPUFSDPStrategy,
+    HPUModelParallelStrategy,
+    HPUParallelStrategy,
+    SingleHPUStrategy,
+)
 from pytorch_lightning.accelerators.hpu import HPUAccelerator
 from pytorch_lightning.strategies._hpu import _HPUStrategyMixin
 from pytorch_lightning.strategies._hpu_choice import (
@@ -34,7 +40,9 @@ _CHOICE = StrategyChoice(
     single=SingleHPUStrategy.strategy_name,
     parallel=HPUParallelStrategy.strategy_name,
     error=ValueError,
-    counterparts=counterparts(SingleHPUStrategy, HPUParallelStrategy, HPUDeepSpeedStrategy, HPUFSDPStrategy),
+    counterparts=counterparts(
+        SingleHPUStrategy, HPUParallelStrategy, HPUDeepSpeedStrategy, HPUFSDPStrategy, HPUModelParallelStrategy
+    ),
 )
 # Fabric's fp8 flag on CUDA (NVIDIA's Transformer Engine) is fp8 with Gaudi's
 _CUDA_PRECISIONS = {"transformer-engine": "fp8"}

@@ -433,6 +433,12 @@ def test_private_names_exist(library, module, name, where, purpose):
         ("torch._dynamo.convert_frame.ConvertFrameAssert", "_torchdynamo_orig_backend", "strategies/_hpu_compile.py"),
         # the inference engine's dtype, which the precision plugin casts inputs to
         ("deepspeed.inference.engine.InferenceEngine", "_config", "strategies/hpu_deepspeed.py"),
+        # the function an instance converted to the HPU strategy is built with
+        (
+            "lightning.fabric.strategies.ModelParallelStrategy",
+            "_parallelize_fn",
+            "lightning_fabric/strategies/hpu_model_parallel.py",
+        ),
     ],
 )
 def test_private_attributes_set_by_upstream(owner, attribute, where):
@@ -498,6 +504,11 @@ def test_process_group_default_backend_setter():
             "lightning.pytorch.strategies.ModelParallelStrategy",
             "_setup_distributed",
             "strategies/hpu_model_parallel.py",
+        ),
+        (
+            "lightning.fabric.strategies.ModelParallelStrategy",
+            "_setup_distributed",
+            "lightning_fabric/strategies/hpu_model_parallel.py",
         ),
         (
             "lightning.fabric.strategies.DDPStrategy",

@@ -5,11 +5,19 @@ from lightning.fabric.strategies import STRATEGY_REGISTRY
 
 from lightning_fabric.strategies.hpu_deepspeed import HPUDeepSpeedStrategy
 from lightning_fabric.strategies.hpu_fsdp import HPUFSDPStrategy
+from lightning_fabric.strategies.hpu_model_parallel import HPUModelParallelStrategy
 from lightning_fabric.strategies.hpu_parallel import HPUDDPStrategy, HPUParallelStrategy
 from lightning_fabric.strategies.single_hpu import SingleHPUStrategy
 from pytorch_lightning import _aliasing
 
-__all__ = ["HPUDDPStrategy", "HPUDeepSpeedStrategy", "HPUFSDPStrategy", "HPUParallelStrategy", "SingleHPUStrategy"]
+__all__ = [
+    "HPUDDPStrategy",
+    "HPUDeepSpeedStrategy",
+    "HPUFSDPStrategy",
+    "HPUModelParallelStrategy",
+    "HPUParallelStrategy",
+    "SingleHPUStrategy",
+]
 
 for _strategy in (SingleHPUStrategy, HPUParallelStrategy, HPUDeepSpeedStrategy, HPUFSDPStrategy):
     if _strategy.strategy_name not in STRATEGY_REGISTRY:

@@ -65,7 +65,7 @@ class _HPUStrategyMixin:
         passes one (``DDPStrategy(find_unused_parameters=True)``, ``DeepSpeedStrategy(stage=3)``, ...); the instance
         itself is left as it is. Its devices become the HPUs of the same indices, CUDA's NCCL backend HCCL."""
         # what the HPU class adds to its upstream base comes from its own defaults, the rest from the user's instance
-        hpu = cls()
+        hpu = cls(*cls._required_arguments(strategy))
         vars(hpu).update(copy.copy(vars(strategy)))
         root_device = vars(hpu).get("_root_device")
         if root_device is not None and root_device.type != "hpu":
@@ -78,6 +78,11 @@ class _HPUStrategyMixin:
         if vars(hpu).get("_process_group_backend") == "nccl":
             hpu._process_group_backend = None
         return hpu
+
+    @classmethod
+    def _required_arguments(cls, strategy: Any) -> tuple:
+        """The arguments without a default that ``from_upstream`` must pass on to build this class: none for most."""
+        return ()
 
     def _setup_hpu(self) -> None:
         """The first step of every HPU strategy's set-up, before the accelerator's ``setup_device``."""

@@ -13,6 +13,7 @@ import lightning as L
 import pytest
 import torch
 from lightning.fabric.loggers import CSVLogger
+from lightning.fabric.strategies import ModelParallelStrategy
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from torch import nn
 
@@ -157,6 +158,39 @@ def test_fsdp_two_ranks_equal_one_process_on_the_union(tmp_path, precision, tole
     _assert_parameters_close(
         ranks[0]["parameters"], _union_in_process(tmp_path, "--precision", precision)["parameters"], tolerance
     )
+
+
+@pytest.mark.parametrize("strategy", ["model_parallel_fsdp2", "model_parallel_tp"])
+def test_model_parallel_two_ranks_equal_one_process_on_the_union(tmp_path, strategy):
+    """Upstream's ``ModelParallelStrategy(parallelize_fn, ...)`` instance, as a Fabric script passes it: FSDP2 over 2
+    data-parallel ranks, or the layers split over 2 tensor-parallel ranks sharing the rows."""
+    ranks = _launch(tmp_path / strategy, "--devices", "2", "--strategy", strategy, "--precision", "32-true")
+    assert {rank["classes"]["strategy"] for rank in ranks} == {"HPUModelParallelStrategy"}
+    assert {rank["classes"]["backend"] for rank in ranks} == {"hccl"}
+    _assert_parameters_close(ranks[0]["parameters"], ranks[1]["parameters"], 0.0)
+    union = _union_in_process(tmp_path, "--precision", "32-true")
+    _assert_parameters_close(ranks[0]["parameters"], union["parameters"], 1e-5)
+    assert ranks[0]["losses"][-1] < ranks[0]["losses"][0]
+
+
+def test_model_parallel_refuses_what_would_not_train(tmp_path):
+    """Two scripts upstream runs without a word on CUDA and trains nothing, or not in the precision asked for."""
+    with pytest.raises(ValueError, match="does not support `Fabric\\(..., precision='16-mixed'\\)` on HPUs"):
+        L.Fabric(accelerator="hpu", strategy=ModelParallelStrategy(lambda m, _: m), precision="16-mixed")
+    script = tmp_path / "optimizer_first.py"
+    script.write_text(
+        "import lightning as L, torch\n"
+        "from lightning.fabric.strategies import ModelParallelStrategy\n"
+        "from torch.distributed.fsdp import fully_shard\n"
+        "fabric = L.Fabric(accelerator='hpu', devices=1,"
+        " strategy=ModelParallelStrategy(lambda m, mesh: fully_shard(m, mesh=mesh['data_parallel'])))\n"
+        "fabric.launch()\n"
+        "model = torch.nn.Linear(4, 2)\n"
+        "fabric.setup(model, torch.optim.SGD(model.parameters(), lr=0.1))\n"
+    )
+    result = subprocess.run([sys.executable, str(script)], env=_env(), capture_output=True, text=True, timeout=120)
+    assert result.returncode != 0
+    assert "The optimizer was created before `fabric.setup`" in result.stderr, result.stderr
 
 
 # ddp resumes as fsdp does; its run (40 s) is a stress run, to keep the suite under its time

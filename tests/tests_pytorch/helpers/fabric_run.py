@@ -1,8 +1,8 @@
 """Train a small network with Lightning Fabric, importing only ``lightning`` (as a Fabric user's script does), and
 save what each rank ends with.
 
-Each rank trains on its own rows of a fixed batch (rank ``r`` of ``w`` takes rows ``r::w``), so a run on ``w`` ranks
-steps exactly like one process on the union of the rows. Started directly it launches its ranks with
+Each data-parallel rank trains on its own rows of a fixed batch (rank ``r`` of ``w`` takes rows ``r::w``), so a run on
+``w`` ranks steps exactly like one process on the union of the rows; the ranks of a tensor-parallel group share theirs. Started directly it launches its ranks with
 ``fabric.launch()``; started by ``torchrun`` it is one of them. Each rank saves ``rank<N>.pt`` in ``--out``: the final
 parameters, the losses, the step count (``--resume`` continues from a checkpoint ``--checkpoint`` saved), the
 classes Fabric chose, and the virtual Gaudi's counter increments per steady step.
@@ -16,13 +16,42 @@ from contextlib import nullcontext
 import lightning as L
 import torch
 from torch import nn
+from lightning.fabric.strategies import ModelParallelStrategy
 from torch.distributed.fsdp import FullyShardedDataParallel
+from torch.distributed.tensor import DTensor, Replicate
 
 ROWS = 16
 
 
 def model() -> nn.Module:
     return nn.Sequential(nn.Linear(6, 32), nn.LayerNorm(32), nn.GELU(), nn.Linear(32, 3))
+
+
+def fully_sharded(network: nn.Module, mesh) -> nn.Module:
+    """FSDP2 over the mesh's data-parallel ranks, each linear layer a unit, as ``ModelParallelStrategy`` users write."""
+    from torch.distributed.fsdp import fully_shard
+
+    for layer in network:
+        if isinstance(layer, nn.Linear):
+            fully_shard(layer, mesh=mesh["data_parallel"])
+    return fully_shard(network, mesh=mesh["data_parallel"])
+
+
+def tensor_parallel(network: nn.Module, mesh) -> nn.Module:
+    """The first linear layer split by columns, the last by rows, over the mesh's tensor-parallel ranks; the norm
+    between them sees whole rows."""
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    plan = {"0": ColwiseParallel(output_layouts=Replicate()), "3": RowwiseParallel(input_layouts=Replicate())}
+    # the strategy moves no module: the layers left whole go to the rank's device here
+    return parallelize_module(network, mesh["tensor_parallel"], plan).to(mesh.device_type)
+
+
+# Fabric's strategies that take a function, by the names this script accepts
+MODEL_PARALLEL = {
+    "model_parallel_fsdp2": lambda devices: ModelParallelStrategy(fully_sharded, devices, 1),
+    "model_parallel_tp": lambda devices: ModelParallelStrategy(tensor_parallel, 1, devices),
+}
 
 
 def counters() -> dict:
@@ -37,14 +66,18 @@ def counters() -> dict:
 def train(fabric: L.Fabric, args) -> None:
     fabric.seed_everything(7)
     network = model()
-    optimizer = torch.optim.AdamW(network.parameters(), lr=0.05)
-    network, optimizer = fabric.setup(network, optimizer)
+    if args.strategy in MODEL_PARALLEL:  # the module's parameters are replaced: the optimizer comes after
+        network = fabric.setup(network)
+        optimizer = fabric.setup_optimizers(torch.optim.AdamW(network.parameters(), lr=0.05))
+    else:
+        network, optimizer = fabric.setup(network, torch.optim.AdamW(network.parameters(), lr=0.05))
     generator = torch.Generator().manual_seed(3)
     inputs, targets = torch.randn(ROWS, 6, generator=generator), torch.randint(0, 3, (ROWS,), generator=generator)
     state = {"model": network, "optimizer": optimizer, "step": 0}
     if args.resume:
         fabric.load(args.resume, state)
-    rows = slice(fabric.global_rank, None, fabric.world_size)
+    replicas = getattr(fabric.strategy, "distributed_sampler_kwargs", None) or {"num_replicas": 1, "rank": 0}
+    rows = slice(replicas["rank"], None, replicas["num_replicas"])
     inputs, targets = fabric.to_device((inputs[rows], targets[rows]))
     losses, snapshots = [], []
     for _ in range(args.steps):
@@ -84,7 +117,10 @@ def full_parameters(network: nn.Module) -> dict:
     """The whole parameters, by their names in the model as written, gathered first under FSDP."""
     sharded = [module for module in network.modules() if isinstance(module, FullyShardedDataParallel)]
     with FullyShardedDataParallel.summon_full_params(sharded[0]) if sharded else nullcontext():
-        return {name: tensor.detach().float().cpu().clone() for name, tensor in network.module.named_parameters()}
+        return {
+            name: (tensor.full_tensor() if isinstance(tensor, DTensor) else tensor).detach().float().cpu().clone()
+            for name, tensor in network.module.named_parameters()
+        }
 
 
 def per_step(snapshots: list, warmup: int = 2) -> dict:
@@ -110,7 +146,8 @@ def main() -> None:
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
     devices = int(args.devices) if args.devices.lstrip("-").isdigit() else args.devices
-    fabric = L.Fabric(accelerator=args.accelerator, devices=devices, strategy=args.strategy, precision=args.precision)
+    strategy = MODEL_PARALLEL[args.strategy](devices) if args.strategy in MODEL_PARALLEL else args.strategy
+    fabric = L.Fabric(accelerator=args.accelerator, devices=devices, strategy=strategy, precision=args.precision)
     fabric.launch(train, args)
 
 
