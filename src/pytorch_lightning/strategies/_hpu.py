@@ -19,7 +19,11 @@ from torch.distributed import ReduceOp
 from pytorch_lightning.accelerators.hpu import HPUAccelerator
 from pytorch_lightning.plugins.io.hpu import HPUCheckpointIO
 from pytorch_lightning.plugins.precision.hpu import HPUPrecisionPlugin
-from pytorch_lightning.strategies._hpu_compile import FabricRecompilation, run_lightning_module_for_hpu
+from pytorch_lightning.strategies._hpu_compile import (
+    FabricRecompilation,
+    compile_submodules_for_hpu,
+    run_lightning_module_for_hpu,
+)
 from pytorch_lightning.strategies._sigterm import SigtermAgreement
 
 
@@ -116,10 +120,15 @@ class _HPUStrategyMixin:
     # Fabric's module set-up (the Trainer's strategies have none): a module compiled with torch's default backend is
     # compiled again for HPU when Fabric wraps it (see ``_hpu_compile``)
     def setup_module(self, module: Any) -> Any:
-        return FabricRecompilation.armed_around(super().setup_module, module)  # type: ignore[misc]
+        module = FabricRecompilation.armed_around(super().setup_module, module)  # type: ignore[misc]
+        compile_submodules_for_hpu(module)
+        return module
 
     def setup_module_and_optimizers(self, module: Any, *args: Any, **kwargs: Any) -> Any:
-        return FabricRecompilation.armed_around(super().setup_module_and_optimizers, module, *args, **kwargs)  # type: ignore[misc]
+        setup = super().setup_module_and_optimizers  # type: ignore[misc]
+        module, *rest = FabricRecompilation.armed_around(setup, module, *args, **kwargs)
+        compile_submodules_for_hpu(module)
+        return (module, *rest)
 
 
 class _HPUTrainerStrategyMixin(_HPUStrategyMixin):
@@ -137,6 +146,11 @@ class _HPUTrainerStrategyMixin(_HPUStrategyMixin):
         # a module compiled with torch's default backend runs with Gaudi's (see ``_hpu_compile``)
         run_lightning_module_for_hpu(model)
         super().connect(model)  # type: ignore[misc]
+
+    def setup(self, trainer: Any) -> None:
+        # its compiled submodules too, the ones ``configure_model`` compiled included, which ran since ``connect``
+        compile_submodules_for_hpu(self.lightning_module)  # type: ignore[attr-defined]
+        super().setup(trainer)  # type: ignore[misc]
 
     def _setup_sigterm_agreement(self) -> None:
         """Once the process group is up: with several processes, the ranks' host-side agreement on SIGTERM."""

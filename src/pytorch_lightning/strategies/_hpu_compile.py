@@ -33,9 +33,10 @@ def is_lazy() -> bool:
     return htcore.is_lazy()
 
 
-def hpu_compile_arguments(compile_kwargs: dict[str, Any], lazy: bool) -> Optional[dict[str, Any]]:
+def hpu_compile_arguments(compile_kwargs: dict[str, Any], lazy: bool, say: bool = True) -> Optional[dict[str, Any]]:
     """The ``torch.compile`` arguments to run a module with on HPUs, given those it was compiled with (as Lightning
     records them); ``None`` to run it uncompiled (lazy mode), or ``compile_kwargs`` itself for a backend that is kept.
+    ``say=False`` leaves the change out of the log (it was said for another module of the same model).
 
     Raises:
         MisconfigurationException: ``backend="hpu_backend"`` in lazy mode.
@@ -48,15 +49,17 @@ def hpu_compile_arguments(compile_kwargs: dict[str, Any], lazy: bool) -> Optiona
     dropped = {name: compile_kwargs[name] for name in _INDUCTOR_ONLY if compile_kwargs.get(name) is not None}
     unused = f" ({', '.join(f'{name}={value!r}' for name, value in dropped.items())} not used: inductor's own)"
     if lazy:
-        rank_zero_info(
-            f"The module compiled with {_described(backend)} runs uncompiled: `torch.compile` is for eager mode only"
-            " on HPU, and lazy mode (PT_HPU_LAZY_MODE=1) compiles the device's graphs itself."
-        )
+        if say:
+            rank_zero_info(
+                f"The module compiled with {_described(backend)} runs uncompiled: `torch.compile` is for eager mode"
+                " only on HPU, and lazy mode (PT_HPU_LAZY_MODE=1) compiles the device's graphs itself."
+            )
         return None
-    rank_zero_info(
-        f"The module compiled with {_described(backend)} runs with `backend='{HPU_BACKEND}'`, Gaudi's compiler:"
-        f" inductor has no HPU code generation{unused if dropped else ''}."
-    )
+    if say:
+        rank_zero_info(
+            f"The module compiled with {_described(backend)} runs with `backend='{HPU_BACKEND}'`, Gaudi's compiler:"
+            f" inductor has no HPU code generation{unused if dropped else ''}."
+        )
     kept = {name: value for name, value in compile_kwargs.items() if name not in _INDUCTOR_ONLY}
     return {**kept, "backend": HPU_BACKEND}
 
@@ -102,6 +105,25 @@ def run_lightning_module_for_hpu(module: Any) -> None:
             from_compiled(torch.compile(module, **arguments))
     # upstream's Trainer, which `lightning.Trainer` is, leaves `log` compiled
     keep_logging_eager(module)
+
+
+def compile_submodules_for_hpu(module: torch.nn.Module) -> None:
+    """Have the compiled submodules of ``module`` (``self.encoder = torch.compile(encoder)``, or blocks compiled in
+    ``configure_model`` or a ``parallelize_fn``, as upstream documents for FSDP2) run with the backend chosen above,
+    each replaced in its parent; the change is logged once for all of them."""
+    from torch._dynamo import OptimizedModule
+
+    said = False
+    for parent in list(module.modules()):
+        for name, child in list(parent.named_children()):
+            if not isinstance(child, OptimizedModule):
+                continue
+            recorded = recorded_arguments(child.dynamo_ctx)
+            arguments = hpu_compile_arguments(recorded, is_lazy(), say=not said)
+            if arguments is recorded:
+                continue
+            said = True
+            setattr(parent, name, child._orig_mod if arguments is None else torch.compile(child._orig_mod, **arguments))
 
 
 class FabricRecompilation:

@@ -1,5 +1,5 @@
 """``torch.compile(model)`` on 2 HPUs, as CUDA code writes it: Fabric (DDP, FSDP, DeepSpeed ZeRO-2) and the Trainer
-(DDP, FSDP), each with torch's default backend and with ``hpu_backend``, train
+(DDP, FSDP, FSDP2 compiled in ``configure_model``), each with torch's default backend and with ``hpu_backend``, train
 like the same run uncompiled; in lazy mode a module compiled with the default backend runs uncompiled.
 
 Each launch of ``helpers/compiled_run.py`` trains all of its cases in turn in the same 2 processes.
@@ -53,7 +53,7 @@ def test_fabric_two_hpus_compiled_train_like_eager(tmp_path):
 
 @pytest.mark.slow
 def test_trainer_two_hpus_compiled_train_like_eager(tmp_path):
-    strategies = ("ddp", "fsdp")
+    strategies = ("ddp", "fsdp", "fsdp2")
     flags = ("--loop", "trainer", "--devices", "2", "--strategies", ",".join(strategies), "--compile", ",".join(MODES))
     _assert_compiled_like_eager(_run(tmp_path, *flags), strategies)
 

@@ -23,10 +23,23 @@ ROWS = 16
 STEPS = 4
 
 
+class Block(nn.Module):
+    """A model's own block class, as real models have (dynamo skips the frames of torch's own modules, such as
+    ``nn.Sequential``, when they carry hooks as FSDP2's do, so a compiled ``Sequential`` under FSDP2 captures nothing,
+    on any device)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = nn.Sequential(nn.Linear(6, 32), nn.LayerNorm(32), nn.GELU(), nn.Linear(32, 3))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.layers(x)
+
+
 class Net(L.LightningModule):
     def __init__(self) -> None:
         super().__init__()
-        self.net = nn.Sequential(nn.Linear(6, 32), nn.LayerNorm(32), nn.GELU(), nn.Linear(32, 3))
+        self.net = Block()
         self.losses: list = []
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -94,3 +94,55 @@ def test_fabric_keeps_a_backend_named_explicitly():
     fabric = L.Fabric(accelerator="hpu", devices=1)
     module = fabric.setup_module(torch.compile(compiled_run.Net(), backend="aot_eager", dynamic=False))
     assert module._forward_module._compile_kwargs == {"backend": "aot_eager", "dynamic": False}
+
+
+class _TwoCompiledBlocks(compiled_run.Net):
+    """Blocks compiled one by one with the default backend, as models compile their layers (in ``__init__``, or in
+    ``configure_model`` for FSDP2)."""
+
+    def __init__(self, compile_in_configure_model: bool) -> None:
+        super().__init__()
+        self.later = compile_in_configure_model
+        self.head = torch.nn.Linear(3, 3)
+        if not self.later:
+            self._compile_blocks()
+
+    def _compile_blocks(self) -> None:
+        self.net, self.head = torch.compile(self.net), torch.compile(self.head)
+
+    def configure_model(self) -> None:
+        if self.later:
+            self._compile_blocks()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.net(x))
+
+
+@pytest.mark.parametrize("compile_in_configure_model", [False, True], ids=["init", "configure_model"])
+def test_trainer_runs_compiled_submodules_as_hpu_backend(tmp_path, caplog, compile_in_configure_model):
+    losses = {}
+    for compiled in (False, True):
+        torch.manual_seed(7)
+        module = _TwoCompiledBlocks(compile_in_configure_model) if compiled else _TwoCompiledBlocks(True)
+        if not compiled:
+            module.configure_model = lambda: None  # the same layers, never compiled
+        loader = torch.utils.data.DataLoader(list(zip(*compiled_run.data(0, 1))), batch_size=compiled_run.ROWS)
+        with caplog.at_level(logging.INFO):
+            _trainer(pl.Trainer, tmp_path / str(compiled), accelerator="hpu", devices=1).fit(module, loader)
+        losses[compiled] = module.losses
+    # each block's forward and backward, compiled once
+    assert _compilations() == 4
+    torch.testing.assert_close(losses[True], losses[False], rtol=1e-4, atol=1e-5)
+    said = [record.getMessage() for record in caplog.records if "backend='hpu_backend'" in record.getMessage()]
+    assert len(said) == 1
+
+
+def test_fabric_runs_compiled_submodules_as_hpu_backend(caplog):
+    torch.manual_seed(7)
+    model = torch.nn.Sequential(torch.compile(compiled_run.Block()), torch.nn.Linear(3, 3))
+    fabric = L.Fabric(accelerator="hpu", devices=1)
+    with caplog.at_level(logging.INFO):
+        model = fabric.setup_module(model)
+    fabric.backward(model(torch.randn(4, 6, device=fabric.device)).sum())
+    assert _compilations() == 2
+    assert sum("backend='hpu_backend'" in record.getMessage() for record in caplog.records) == 1
