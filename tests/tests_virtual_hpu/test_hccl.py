@@ -100,6 +100,10 @@ def all_gather_into_tensor():
 
 
 attempt("all_gather_into_tensor", all_gather_into_tensor)
+# HCCL takes any shape with world_size times the elements, as SyncBatchNorm's (1, world_size * n) output
+attempt("all_gather_into_tensor_flat", lambda: [
+    dist.all_gather_into_tensor(flat := torch.empty(1, world_size * 2, device=device),
+                                torch.tensor([rank, -rank], device=device, dtype=torch.float32)), flat.tolist()][1])
 
 
 def reduce_scatter():
@@ -119,6 +123,10 @@ def reduce_scatter_tensor():
 
 
 attempt("reduce_scatter_tensor", reduce_scatter_tensor)
+attempt("reduce_scatter_tensor_flat", lambda: [
+    dist.reduce_scatter_tensor(out := torch.empty(2, device=device),
+                               torch.arange(4, dtype=torch.float32, device=device).reshape(1, 4) * (rank + 1)),
+    out.tolist()][1])
 attempt("reduce_scatter_tensor_AVG", lambda: dist.reduce_scatter_tensor(
     torch.empty(2, device=device), torch.ones(4, device=device), op=dist.ReduceOp.AVG))
 attempt("barrier", lambda: [dist.barrier(), dist.barrier(async_op=True).wait()])
@@ -257,6 +265,12 @@ def test_all_gather(collectives):
 def test_all_gather_into_tensor(collectives):
     for rank, results in enumerate(collectives):
         assert results["all_gather_into_tensor"] == [[0.0, 0.0, 1.0, -1.0], [f"hpu:{rank}"]]
+
+
+def test_tensor_collectives_take_any_shape_of_the_whole(collectives):
+    for results in collectives:
+        assert results["all_gather_into_tensor_flat"] == [[0.0, 0.0, 1.0, -1.0]]
+    assert [results["reduce_scatter_tensor_flat"] for results in collectives] == [[0.0, 3.0], [6.0, 9.0]]
 
 
 def test_reduce_scatter(collectives):

@@ -10,7 +10,9 @@
 #include <torch/library.h>
 
 #include <mutex>
+#include <string>
 #include <string_view>
+#include <vector>
 
 namespace virtual_hpu {
 namespace {
@@ -160,9 +162,28 @@ c10::IValue withHpuBackend(const c10::IValue& value) {
   return c10::IValue(std::move(stand_in));
 }
 
+// HCCL (as NCCL) reads the output of all_gather_into_tensor, and the input of reduce_scatter_tensor, as flat: any
+// shape with world-size times the elements of the other tensor (SyncBatchNorm gathers (2C+1) values into a
+// (1, world * (2C+1)) tensor). Gloo splits it along its first dimension: it gets a view in that layout.
+void stackChunksForGloo(const c10::OperatorHandle& op, torch::jit::Stack* stack, size_t first) {
+  const std::string& name = op.schema().name();
+  const bool gather = name == "c10d::_allgather_base_";
+  if (!gather && name != "c10d::_reduce_scatter_base_") return;
+  c10::IValue& whole = (*stack)[first + (gather ? 0 : 1)];
+  const at::Tensor chunk = (*stack)[first + (gather ? 1 : 0)].toTensor();
+  const at::Tensor tensor = whole.toTensor();
+  const int64_t world = (*stack)[first + 2].toCustomClass<c10d::ProcessGroup>()->getSize();
+  if (chunk.dim() == 0 || !tensor.is_contiguous() || tensor.numel() != world * chunk.numel()) return;
+  if (tensor.dim() > 0 && tensor.size(0) == world * chunk.size(0)) return;
+  std::vector<int64_t> sizes = chunk.sizes().vec();
+  sizes[0] *= world;
+  whole = tensor.view(sizes);
+}
+
 void collective(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::jit::Stack* stack) {
   const auto& arguments = op.schema().arguments();
   const size_t first = stack->size() - arguments.size();
+  stackChunksForGloo(op, stack, first);
   auto tensors = std::make_shared<HpuTensors>();
   for (size_t i = 0; i < arguments.size(); ++i) {
     c10::IValue& value = (*stack)[first + i];

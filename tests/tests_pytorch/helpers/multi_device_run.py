@@ -14,6 +14,7 @@ Scenarios (``--scenario``):
 - ``datamodule``: ``fit`` and ``test`` with a DataModule that downloads in ``prepare_data`` and splits in ``setup``.
 - ``validate_fit`` / ``test_fit_predict``: evaluation before training in one process, on one Trainer.
 - ``compiled``: ``fit`` and ``validate`` of ``torch.compile(model)`` with torch's default backend.
+- ``sync_batchnorm``: ``fit`` of a model with batch norm, ``sync_batchnorm=True``.
 """
 
 import os
@@ -23,7 +24,7 @@ from pathlib import Path
 import torch
 from lightning_utilities.core.apply_func import apply_to_collection
 from torch import nn
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 import pytorch_lightning as pl
 from pytorch_lightning.callbacks import BasePredictionWriter, EarlyStopping, LearningRateMonitor, ModelCheckpoint
@@ -217,6 +218,25 @@ class Download(pl.LightningDataModule):
     test_dataloader = train_dataloader
 
 
+class Normalised(Regressor):
+    """Batch norm between the layers; ``batch_size`` rows per step on each rank."""
+
+    def __init__(self, batch_size: int) -> None:
+        super().__init__()
+        self.batch_size = batch_size
+        torch.manual_seed(0)
+        self.net = nn.Sequential(nn.Linear(FEATURES, 8), nn.BatchNorm1d(8), nn.Tanh(), nn.Linear(8, 1))
+
+    def on_train_start(self) -> None:
+        # Lightning turns the layer back into batch norm after fitting
+        self.norm_in_training = type(self.net[1]).__name__
+
+    def train_dataloader(self):
+        # in order, so that one process on the union of the ranks' batches sees the same rows at each step
+        sampler = DistributedSampler(Rows(), shuffle=False) if self.trainer.world_size > 1 else None
+        return DataLoader(Rows(), batch_size=self.batch_size, sampler=sampler)
+
+
 def trainer(args, **flags) -> pl.Trainer:
     options = {
         "accelerator": args.accelerator,
@@ -335,7 +355,17 @@ def compiled(args) -> dict:
     return {"validate": run.validate(model), "global_step": run.global_step, "weights": weights(model)}
 
 
-SCENARIOS = {function.__name__: function for function in (train, datamodule, validate_fit, test_fit_predict, compiled)}
+def sync_batchnorm(args) -> dict:
+    model = Normalised(batch_size=2)
+    run = trainer(args, max_epochs=2, sync_batchnorm=True, limit_val_batches=0, use_distributed_sampler=False)
+    run.fit(model)
+    return {"norm": model.norm_in_training, "weights": weights(model)}
+
+
+SCENARIOS = {
+    function.__name__: function
+    for function in (train, datamodule, validate_fit, test_fit_predict, compiled, sync_batchnorm)
+}
 
 
 def main() -> None:

@@ -1,0 +1,20 @@
+"""``Trainer(sync_batchnorm=True)`` on 2 HPUs: torch's ``SyncBatchNorm`` normalises over the whole batch of all ranks,
+so 2 ranks train like one process on their union (upstream's CPU DDP refuses ``SyncBatchNorm``, hence that
+reference)."""
+
+import pytorch_lightning as pl
+from tests_pytorch.helpers.multi_device_run import Normalised, weights
+from tests_pytorch.helpers.processes import rank_results, wait
+from tests_pytorch.multi_device.test_trainer_patterns import assert_close, launch
+
+
+def test_two_ranks_normalise_over_the_whole_batch(tmp_path):
+    wait(launch(tmp_path / "run", "sync_batchnorm"))
+    ranks = rank_results(tmp_path / "run")
+    union = Normalised(batch_size=4)
+    flags = dict(logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+    pl.Trainer(accelerator="cpu", devices=1, max_epochs=2, limit_val_batches=0, **flags).fit(union)
+    for observed in ranks:
+        assert observed["norm"] == "SyncBatchNorm"
+        # running mean and (unbiased) variance included
+        assert_close(observed["weights"], weights(union), tolerance=1e-5)
