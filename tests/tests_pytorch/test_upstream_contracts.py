@@ -433,6 +433,9 @@ def test_private_names_exist(library, module, name, where, purpose):
         ("torch._dynamo.convert_frame.ConvertFrameAssert", "_torchdynamo_orig_backend", "strategies/_hpu_compile.py"),
         # the inference engine's dtype, which the precision plugin casts inputs to
         ("deepspeed.inference.engine.InferenceEngine", "_config", "strategies/hpu_deepspeed.py"),
+        # a compiled module's original and its compile context, read to compile it again for HPU
+        ("torch._dynamo.eval_frame.OptimizedModule", "_orig_mod", "strategies/_hpu_compile.py"),
+        ("torch._dynamo.eval_frame.OptimizedModule", "dynamo_ctx", "strategies/_hpu_compile.py"),
         # the function an instance converted to the HPU strategy is built with
         (
             "lightning.fabric.strategies.ModelParallelStrategy",
