@@ -365,6 +365,7 @@ PRIVATE_NAMES = [
         "virtual_hpu/.../dynamo/trace_rules.py",
         "the bridge's in-graph hpu stream functions",
     ),
+    ("torch", "torch._dynamo", "OptimizedModule", "strategies/_hpu_compile.py", "finding compiled modules"),
     ("torch", "torch._C", "_has_cuda", "virtual_hpu/__init__.py", "telling a build with another accelerator"),
     ("torch", "torch._C", "_has_xpu", "virtual_hpu/__init__.py", "telling a build with another accelerator"),
     ("torch", "torch._C", "_has_mps", "virtual_hpu/__init__.py", "telling a build with another accelerator"),

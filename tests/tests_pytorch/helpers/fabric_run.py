@@ -2,10 +2,11 @@
 save what each rank ends with.
 
 Each data-parallel rank trains on its own rows of a fixed batch (rank ``r`` of ``w`` takes rows ``r::w``), so a run on
-``w`` ranks steps exactly like one process on the union of the rows; the ranks of a tensor-parallel group share theirs. Started directly it launches its ranks with
-``fabric.launch()``; started by ``torchrun`` it is one of them. Each rank saves ``rank<N>.pt`` in ``--out``: the final
-parameters, the losses, the step count (``--resume`` continues from a checkpoint ``--checkpoint`` saved), the
-classes Fabric chose, and the virtual Gaudi's counter increments per steady step.
+``w`` ranks steps exactly like one process on the union of the rows; the ranks of a tensor-parallel group share theirs.
+Started directly it launches its ranks with ``fabric.launch()``; started by ``torchrun`` it is one of them. Each rank
+saves ``rank<N>.pt`` in ``--out``: the final parameters, the losses, the step count (``--resume`` continues from a
+checkpoint ``--checkpoint`` saved), the classes Fabric chose, and the virtual Gaudi's counter increments per steady
+step.
 """
 
 import os
@@ -15,8 +16,8 @@ from contextlib import nullcontext
 
 import lightning as L
 import torch
-from torch import nn
 from lightning.fabric.strategies import ModelParallelStrategy
+from torch import nn
 from torch.distributed.fsdp import FullyShardedDataParallel
 from torch.distributed.tensor import DTensor, Replicate
 

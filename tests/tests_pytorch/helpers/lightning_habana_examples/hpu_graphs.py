@@ -98,10 +98,13 @@ class NetHPUGraphs(LightningModule):
 
     def training_step_automatic(self, batch, batch_idx):
         x, y = batch
-        loss = f.cross_entropy(self.forward(x), y)
+        return self._recorded(f.cross_entropy(self.forward(x), y), x)
+
+    def _recorded(self, loss, data):
+        """The step's loss, logged and recorded with the device of its batch."""
         self.log("train_loss", loss)
         self.observed["losses"].append(loss.item())
-        self.observed["train_device"] = str(x.device)
+        self.observed["train_device"] = str(data.device)
         return loss
 
     def train_with_capture_and_replay(self, batch, batch_idx):
@@ -128,10 +131,7 @@ class NetHPUGraphs(LightningModule):
         self.static_input.copy_(data)
         self.static_target.copy_(target)
         self.g.replay()
-        self.log("train_loss", self.static_loss)
-        self.observed["losses"].append(self.static_loss.item())
-        self.observed["train_device"] = str(data.device)
-        return self.static_loss
+        return self._recorded(self.static_loss, data)
 
     def dynamic_ops_training_step(self, batch, batch_idx):
         optimizer = self.optimizers()
@@ -145,10 +145,7 @@ class NetHPUGraphs(LightningModule):
         loss = f.cross_entropy(torch.reshape(out, (BATCH, 10)), target)
         loss.backward()
         optimizer.step()
-        self.log("train_loss", loss)
-        self.observed["losses"].append(loss.item())
-        self.observed["train_device"] = str(data.device)
-        return loss
+        return self._recorded(loss, data)
 
     def dynamic_control_flow_training_step(self, batch, batch_idx):
         optimizer = self.optimizers()
@@ -159,10 +156,7 @@ class NetHPUGraphs(LightningModule):
         loss = f.cross_entropy(torch.reshape(out, (BATCH, 10)), target)
         loss.backward()
         optimizer.step()
-        self.log("train_loss", loss)
-        self.observed["losses"].append(loss.item())
-        self.observed["train_device"] = str(data.device)
-        return loss
+        return self._recorded(loss, data)
 
     def on_train_batch_start(self, batch, batch_idx):
         self._weights_before = weights_sum(self)

@@ -4,8 +4,9 @@ import torch
 import torch._tensor_str
 
 from habana_frameworks.torch import core, hpu, utils  # noqa: F401
-from virtual_hpu import _fp8_ops, _fused_ops  # noqa: F401  (torch.ops.hpu.*)
-from virtual_hpu import _sync_batch_norm_ops, other_accelerator
+
+# importing _fp8_ops and _fused_ops registers torch.ops.hpu.*
+from virtual_hpu import _fp8_ops, _fused_ops, _sync_batch_norm_ops, other_accelerator  # noqa: F401
 
 torch._register_device_module("hpu", hpu)
 # the device's dispatch key: torch's PrivateUse1 backend where torch has another accelerator (see virtual_hpu.activate)

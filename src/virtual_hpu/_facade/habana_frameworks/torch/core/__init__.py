@@ -6,7 +6,6 @@ from habana_frameworks.torch import hpu  # noqa: F401  (``core.hpu.Event`` and f
 from habana_frameworks.torch.core.step_closure import add_step_closure, iter_mark_step, mark_step  # noqa: F401
 from habana_frameworks.torch.utils.internal import is_lazy  # noqa: F401
 
-
 # Gaudi's inference mode (for models prepared for inference, e.g. quantized ones; the bridge keeps it in its library,
 # newer ones answer ``hpu.is_inference_mode_enabled()``), and whether ``hpu_set_env`` was
 # called since the process started: ``hpu_initialize`` switches the mode on only if it was not, as the bridge does
