@@ -16,7 +16,16 @@ from typing import Optional
 
 from virtual_hpu._config import Config, as_hardware, resolve
 
-__all__ = ["Config", "activate", "activate_from_env", "config", "is_active", "other_accelerator", "real_installation"]
+__all__ = [
+    "Config",
+    "activate",
+    "activate_from_env",
+    "config",
+    "is_active",
+    "is_privateuse1",
+    "other_accelerator",
+    "real_installation",
+]
 
 _log = logging.getLogger(__name__)
 _FACADE = Path(__file__).parent / "_facade"
@@ -74,6 +83,21 @@ def other_accelerator() -> Optional[str]:
     return None
 
 
+def is_privateuse1() -> bool:
+    """Whether the virtual device is torch's PrivateUse1 backend named "hpu" (a build with another accelerator, from
+    torch 2.9 on), rather than torch's HPU device type (the CPU build, Gaudi's torch, and any build before 2.9).
+
+    Before torch 2.9 the string "hpu" always names the HPU device type, so a renamed PrivateUse1 backend cannot be
+    reached by that name; the HPU device type trains on those builds for CUDA too (``tests/tests_torch_build``).
+    """
+    import torch
+
+    from virtual_hpu import torch_support
+
+    release = torch_support.release_of(torch.__version__)
+    return other_accelerator() is not None and release >= torch_support.PRIVATEUSE1_TAKES_BUILTIN_NAMES
+
+
 def _claim_privateuse1() -> None:
     """On a build with another accelerator, names torch's PrivateUse1 backend "hpu", before the library registers it.
 
@@ -82,7 +106,7 @@ def _claim_privateuse1() -> None:
     """
     import torch
 
-    ours = "hpu" if other_accelerator() is not None else "privateuseone"
+    ours = "hpu" if is_privateuse1() else "privateuseone"
     name = torch._C._get_privateuse1_backend_name()
     if name == "privateuseone" and ours == "hpu":
         torch.utils.rename_privateuse1_backend("hpu")
@@ -123,7 +147,7 @@ def activate(
         The active configuration. Calling again with no or the same settings returns it; other settings raise
         ``RuntimeError``, as the device cannot change within a process.
 
-    On a torch built for another accelerator (``other_accelerator()``, e.g. PyPI's default CUDA build), hpu is torch's
+    On a torch 2.9 or later built for another accelerator (``is_privateuse1()``, e.g. PyPI's CUDA build), hpu is torch's
     PrivateUse1 backend and, as torch has one accelerator, takes that place from the other device: in this process,
     backward passes over the other device's tensors (a GPU's, where the machine has one) fail. Activation is opt-in per
     process; use the GPU in another one.
@@ -142,12 +166,14 @@ def activate(
             )
         return _active
     _refuse_real_installation()
+    from virtual_hpu import _native, autocast, torch_support
+
+    # before anything is compiled: outside the range the sources do not build, and a compiler log explains nothing
+    torch_support.check_torch(torch.__version__, "The virtual Gaudi")
     _claim_privateuse1()
 
-    from virtual_hpu import _native, autocast
-
     _native.load_library()
-    if other_accelerator() is not None:
+    if is_privateuse1():
         # Gaudi's autocast default, which torch has for HPU; for PrivateUse1 it is float16. torch keeps it per thread:
         # another thread's `torch.autocast("hpu")` without a dtype gets float16.
         torch.set_autocast_dtype("hpu", torch.bfloat16)

@@ -21,9 +21,9 @@ _loaded = False
 
 
 def _cflags() -> list[str]:
-    from virtual_hpu import other_accelerator
+    from virtual_hpu import is_privateuse1
 
-    return ["-O2", "-DVIRTUAL_HPU_PRIVATEUSE1"] if other_accelerator() is not None else ["-O2"]
+    return ["-O2", "-DVIRTUAL_HPU_PRIVATEUSE1"] if is_privateuse1() else ["-O2"]
 
 
 def _sources() -> list[Path]:

@@ -3,7 +3,7 @@ accelerator (PyPI's default CUDA build on Linux, no GPU needed).
 
 torch has one accelerator, and its autograd synchronizes the streams of that device type only. On the CPU build hpu is
 torch's HPU device type; on a build with another accelerator it is torch's PrivateUse1 backend, named "hpu", and so
-torch's accelerator. Each test runs in a fresh process, as activation changes torch for the process. Outside
+torch's accelerator, from torch 2.9 on (before, the string "hpu" always named the HPU device type, which it stays). Each test runs in a fresh process, as activation changes torch for the process. Outside
 ``tests_virtual_hpu``, whose conftest activates the virtual Gaudi, so that ``.ci/cuda_torch`` runs this first.
 """
 
@@ -13,6 +13,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
 import torch
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
@@ -32,7 +33,7 @@ def test_the_virtual_gaudi_trains_on_this_build():
         import virtual_hpu
 
         virtual_hpu.activate()
-        print(virtual_hpu.other_accelerator(), torch._C._get_privateuse1_backend_name())
+        print(virtual_hpu.other_accelerator(), virtual_hpu.is_privateuse1(), torch._C._get_privateuse1_backend_name())
         print(torch.accelerator.current_accelerator().type)
         model = torch.nn.Linear(4, 2).to("hpu")
         x = torch.randn(8, 4, device="hpu")
@@ -46,13 +47,16 @@ def test_the_virtual_gaudi_trains_on_this_build():
     )
     assert result.returncode == 0, result.stderr
     build, accelerator, autocast, grad = result.stdout.splitlines()[-4:]
-    other, backend = build.split()
+    other, privateuse1, backend = build.split()
     built_for = next(
         (n for n, b in [("cuda", torch._C._has_cuda), ("xpu", torch._C._has_xpu), ("mps", torch._C._has_mps)] if b),
         None,
     )
     assert other == str(built_for)
-    assert backend == ("privateuseone" if built_for is None else "hpu")
+    # from 2.9 on, where "hpu" can name a renamed PrivateUse1 backend
+    expected_privateuse1 = built_for is not None and tuple(map(int, torch.__version__.split(".")[:2])) >= (2, 9)
+    assert privateuse1 == str(expected_privateuse1)
+    assert backend == ("hpu" if expected_privateuse1 else "privateuseone")
     assert accelerator == "hpu"
     assert autocast == "torch.bfloat16 hpu:0"
     assert grad == "hpu:0 True"
@@ -93,3 +97,51 @@ def test_a_privateuse1_backend_named_otherwise_is_refused_at_activation():
     assert state == "False False"  # refused before it changed anything
     assert "torch's PrivateUse1 backend is already 'other_accelerator'" in message
     assert "Do not load that extension in a process with the virtual Gaudi" in message
+
+
+@pytest.mark.parametrize(
+    ("version", "advice"),
+    [
+        ("2.5.1a0+git1234", "use Intel's Gaudi software 1.21 or newer"),
+        ("2.16.0", "Releases after 2.15 are not tested with it yet"),
+    ],
+)
+def test_a_torch_outside_the_supported_range_is_refused_before_anything_is_built(version, advice):
+    """Outside the range the sources do not compile: the message names the range and what to install instead."""
+    result = python(
+        f"""
+        import torch
+        torch.__version__ = {version!r}
+        import virtual_hpu
+        try:
+            virtual_hpu.activate()
+        except RuntimeError as error:
+            print(virtual_hpu.is_active(), hasattr(torch, "hpu"))
+            print(error)
+        """,
+        PT_HPU_AUTOLOAD="0",
+        TORCH_EXTENSIONS_DIR="/nonexistent/never-built",
+    )
+    assert result.returncode == 0, result.stderr
+    state, message = result.stdout.rstrip("\n").split("\n")[-2:]
+    assert state == "False False"
+    assert f"The virtual Gaudi needs torch 2.6 to 2.15, and this Python has torch {version}." in message
+    assert advice in message
+    assert "pip install 'torch>=2.6,<2.16'" in message
+
+
+def test_import_pytorch_lightning_with_virtual_hpu_on_an_unsupported_torch_fails_with_the_range():
+    """``VIRTUAL_HPU=1`` asks for HPU: importing the package names the range, not a compiler log."""
+    result = python(
+        """
+        import torch
+        torch.__version__ = "2.5.1"
+        import pytorch_lightning
+        """,
+        VIRTUAL_HPU="1",
+        PT_HPU_AUTOLOAD="0",
+        TORCH_EXTENSIONS_DIR="/nonexistent/never-built",
+    )
+    assert result.returncode != 0
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("RuntimeError: The virtual Gaudi needs torch 2.6 to 2.15, and this Python has torch 2.5.1.")

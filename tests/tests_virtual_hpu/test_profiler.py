@@ -7,8 +7,8 @@ from torch.profiler import ProfilerActivity, profile
 
 import virtual_hpu
 
-# c10::DeviceType of hpu: HPU, or PrivateUse1 on a torch built for another accelerator
-DEVICE_TYPE = 20 if virtual_hpu.other_accelerator() is not None else 15
+# c10::DeviceType of hpu: HPU, or PrivateUse1 on a torch built for another accelerator (from 2.9)
+DEVICE_TYPE = 20 if virtual_hpu.is_privateuse1() else 15
 
 
 def test_trace_contains_hpu_ops_and_memory(tmp_path):

@@ -31,6 +31,10 @@ class HPUAccelerator(Accelerator):
             raise MisconfigurationException(_needs_an_hpu_strategy(f"its strategy put the model on `{device}`"))
         if not self._driven_by_hpu_strategy:
             raise MisconfigurationException(_needs_an_hpu_strategy("its strategy is not one of them"))
+        from virtual_hpu.torch_support import check_torch
+
+        # on a Gaudi, whose bridge accepts only its own torch: an older Gaudi release than the range starts at
+        check_torch(torch.__version__, "Lightning's HPU support")
         if device.index is not None:
             import habana_frameworks.torch.hpu as hthpu
 

@@ -9,6 +9,7 @@
 #include <torch/csrc/distributed/c10d/reducer_timer.hpp>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <mutex>
 #include <string>
 #include <string_view>
@@ -102,7 +103,9 @@ class HpuWork : public c10d::Work {
   int sourceRank() const override { return work_->sourceRank(); }
   void synchronize() override { work_->synchronize(); }
   bool wait(std::chrono::milliseconds timeout) override { return work_->wait(timeout); }
+#if VIRTUAL_HPU_WORK_BLOCKS_STREAMS
   void blockCurrentStream() override { work_->blockCurrentStream(); }
+#endif
   void abort() override { work_->abort(); }
   float getDuration() const override { return work_->getDuration(); }
   uint64_t getSequencenumber() const override { return work_->getSequencenumber(); }
@@ -149,11 +152,17 @@ bool isProcessGroup(const c10::Argument& argument) {
 // The CPU kernels of the c10d ops call the group's cpu backend. When the group has its own backend for hpu (always
 // the case for "hccl"; `init_process_group()` without a backend registers it for hpu alone), they get a stand-in
 // group whose cpu backend is that hpu backend.
+// Asked through getDeviceTypes(), which every supported torch has (hasBackendForDeviceType came in 2.12).
+bool hasBackendFor(const c10d::ProcessGroup& group, c10::DeviceType type) {
+  const std::vector<c10::Device> devices = group.getDeviceTypes();
+  return std::any_of(devices.begin(), devices.end(), [type](const c10::Device& d) { return d.type() == type; });
+}
+
 c10::IValue withHpuBackend(const c10::IValue& value) {
   auto group = value.toCustomClass<c10d::ProcessGroup>();
-  if (!group->hasBackendForDeviceType(kDeviceType)) return value;
+  if (!hasBackendFor(*group, kDeviceType)) return value;
   c10::intrusive_ptr<c10d::Backend> backend = group->getBackend(kDeviceType);
-  if (group->hasBackendForDeviceType(c10::DeviceType::CPU) && group->getBackend(c10::DeviceType::CPU) == backend) {
+  if (hasBackendFor(*group, c10::DeviceType::CPU) && group->getBackend(c10::DeviceType::CPU) == backend) {
     return value;
   }
   auto stand_in = c10::make_intrusive<c10d::ProcessGroup>(group->getRank(), group->getSize());

@@ -46,7 +46,10 @@ struct HpuGuardImpl final : c10::impl::DeviceGuardImplInterface {
     if (device.index() >= 0) t_current_device = device.index();
   }
 
-  c10::Stream getStream(c10::Device device) const override { return c10::Stream(c10::Stream::DEFAULT, device); }
+  // noexcept, as torch 2.6 declares these two (torch_compat.h)
+  c10::Stream getStream(c10::Device device) const noexcept override {
+    return c10::Stream(c10::Stream::DEFAULT, device);
+  }
   c10::Stream getDefaultStream(c10::Device device) const override { return c10::Stream(c10::Stream::DEFAULT, device); }
   c10::Stream getNewStream(c10::Device device, int /*priority*/) const override {
     c10::Device on(kDeviceType, device.has_index() ? device.index() : currentDevice());
@@ -55,7 +58,9 @@ struct HpuGuardImpl final : c10::impl::DeviceGuardImplInterface {
   c10::Stream getStreamFromGlobalPool(c10::Device device, bool /*high_priority*/) const override {
     return getNewStream(device, 0);
   }
-  c10::Stream exchangeStream(c10::Stream stream) const override { return c10::Stream(c10::Stream::DEFAULT, stream.device()); }
+  c10::Stream exchangeStream(c10::Stream stream) const noexcept override {
+    return c10::Stream(c10::Stream::DEFAULT, stream.device());
+  }
   c10::DeviceIndex deviceCount() const noexcept override { return g_device_count.load(); }
 
   void record(void** event, const c10::Stream& /*stream*/, const c10::DeviceIndex /*device_index*/,
@@ -123,8 +128,8 @@ namespace {
 template <typename Interface>
 struct DeviceHooks : Interface {
   void init() const override {}
-  bool isBuilt() const override { return true; }
-  bool isAvailable() const override { return virtual_hpu::deviceCount() > 0; }
+  bool isBuilt() const VIRTUAL_HPU_OVERRIDE_SINCE_2_7 { return true; }
+  bool isAvailable() const VIRTUAL_HPU_OVERRIDE_SINCE_2_7 { return virtual_hpu::deviceCount() > 0; }
   bool hasPrimaryContext(c10::DeviceIndex /*device_index*/) const override { return true; }
   c10::DeviceIndex deviceCount() const override { return virtual_hpu::deviceCount(); }
   void setCurrentDevice(c10::DeviceIndex device) const override { virtual_hpu::setCurrentDevice(device); }

@@ -173,15 +173,15 @@ class DeviceOutput final : public Native {
   // Kernels that take an output of any strides: TensorIterator's, which must also see it, and reductions, matmuls and
   // softmaxes, which ask for a dense one (no strides).
   void set_output_raw_strided(int64_t index, c10::IntArrayRef sizes, c10::IntArrayRef strides,
-                              c10::TensorOptions options) override {
+                              c10::TensorOptions options VIRTUAL_HPU_OUTPUT_NAMES_PARAM) override {
     allocate(sizes, strides, options);
     if constexpr (std::is_base_of_v<at::TensorIteratorBase, Native>)
-      Native::set_output_raw_strided(index, sizes, strides, options);
+      Native::set_output_raw_strided(index, sizes, strides, options VIRTUAL_HPU_OUTPUT_NAMES_ARG);
   }
 
   // Kernels that need these very strides.
   void set_output_strided(int64_t /*index*/, c10::IntArrayRef sizes, c10::IntArrayRef strides,
-                          c10::TensorOptions options) override {
+                          c10::TensorOptions options VIRTUAL_HPU_OUTPUT_NAMES_PARAM) override {
     allocate(sizes, strides, options);
   }
 

@@ -1,6 +1,8 @@
 // Shared declarations of the virtual Gaudi core: a CPU-backed `hpu` device.
 #pragma once
 
+#include "torch_compat.h"
+
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/core/Allocator.h>

@@ -220,7 +220,7 @@ def set_autocast_hpu_dtype(dtype: torch.dtype) -> None:
 
 
 # torch asks these of the device module of its PrivateUse1 backend, which hpu is on a torch built for another
-# accelerator (virtual_hpu.other_accelerator()).
+# accelerator (virtual_hpu.is_privateuse1()).
 def get_amp_supported_dtype() -> list[torch.dtype]:
     """The dtypes ``torch.autocast("hpu")`` accepts; float16 on first-generation Gaudi is refused when an op casts,
     as on the HPU device type."""

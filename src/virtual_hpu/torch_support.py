@@ -1,0 +1,64 @@
+"""The torch versions this distribution supports, and the check that refuses others before anything is built.
+
+Each Intel Gaudi release ships one torch, and its bridge refuses any other; laptops have newer ones. The range is every
+torch from the oldest supported Gaudi release's to the newest release tested (``docs/source-pytorch/hpu_torch.rst``
+lists them with how each is tested). The virtual Gaudi's C++ sources compile across it (``csrc/torch_compat.h``).
+``requirements/base.txt`` names the range without pinning it: pip would replace a Gaudi image's own torch to satisfy a
+pin, so the range is enforced here, where HPU is asked for.
+"""
+
+import re
+from typing import NamedTuple
+
+
+class TorchRelease(NamedTuple):
+    """A torch release's major and minor version."""
+
+    major: int
+    minor: int
+
+    def __str__(self) -> str:
+        return f"{self.major}.{self.minor}"
+
+
+OLDEST = TorchRelease(2, 6)  # Gaudi software 1.21, the last for first-generation Gaudi
+NEWEST = TorchRelease(2, 15)  # PyPI's newest when the range was last extended
+# 2.9: the device string "hpu" names torch's PrivateUse1 backend once that is renamed "hpu" (pytorch#157609); before,
+# it always names the HPU device type, so the virtual Gaudi can be PrivateUse1 only from 2.9 on
+PRIVATEUSE1_TAKES_BUILTIN_NAMES = TorchRelease(2, 9)
+
+
+def release_of(version: str) -> TorchRelease:
+    """The release a torch version string belongs to: ``"2.6.0a0+git1234"`` (Intel's builds) is 2.6."""
+    match = re.match(r"(\d+)\.(\d+)", version)
+    if match is None:
+        raise ValueError(f"Not a torch version: {version!r}")
+    return TorchRelease(int(match.group(1)), int(match.group(2)))
+
+
+def is_supported(version: str) -> bool:
+    """Whether torch ``version`` lies in the supported range."""
+    return OLDEST <= release_of(version) <= NEWEST
+
+
+def check_torch(version: str, what: str) -> None:
+    """Raise ``RuntimeError`` naming the range and what to install when ``version`` lies outside it.
+
+    Args:
+        version: the torch version string, ``torch.__version__``.
+        what: what needs the supported torch, for the message ("The virtual Gaudi").
+    """
+    if is_supported(version):
+        return
+    install = f"pip install 'torch>={OLDEST},<{NEWEST.major}.{NEWEST.minor + 1}'"
+    if release_of(version) > NEWEST:
+        advice = (
+            f"Releases after {NEWEST} are not tested with it yet: install a supported one in a fresh virtual"
+            f" environment (`{install}`)."
+        )
+    else:
+        advice = (
+            f"On a Gaudi, use Intel's Gaudi software 1.21 or newer, whose image ships torch {OLDEST} or later;"
+            f" elsewhere install a supported torch in a fresh virtual environment (`{install}`)."
+        )
+    raise RuntimeError(f"{what} needs torch {OLDEST} to {NEWEST}, and this Python has torch {version}. {advice}")
