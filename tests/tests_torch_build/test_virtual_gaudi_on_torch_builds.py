@@ -3,8 +3,9 @@ accelerator (PyPI's default CUDA build on Linux, no GPU needed).
 
 torch has one accelerator, and its autograd synchronizes the streams of that device type only. On the CPU build hpu is
 torch's HPU device type; on a build with another accelerator it is torch's PrivateUse1 backend, named "hpu", and so
-torch's accelerator, from torch 2.9 on (before, the string "hpu" always named the HPU device type, which it stays). Each test runs in a fresh process, as activation changes torch for the process. Outside
-``tests_virtual_hpu``, whose conftest activates the virtual Gaudi, so that ``.ci/cuda_torch`` runs this first.
+torch's accelerator, from torch 2.9 on (before, the string "hpu" always named the HPU device type, which it stays).
+Each test runs in a fresh process, as activation changes torch for the process. Outside ``tests_virtual_hpu``, whose
+conftest activates the virtual Gaudi, so that the CI jobs on other torch releases run this first.
 """
 
 import os
