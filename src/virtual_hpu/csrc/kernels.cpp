@@ -168,6 +168,15 @@ VIRTUAL_HPU_LIBRARY_IMPL(aten, m) {
 
 VIRTUAL_HPU_LIBRARY_IMPL(_, m) { m.fallback(torch::CppFunction::makeFromBoxedFunction<&hpuFallback>()); }
 
+#ifdef VIRTUAL_HPU_PRIVATEUSE1
+// The op is composite (CompositeImplicitAutograd): with a backend kernel of ours, torch 2.9 leaves its autograd key
+// without one ("Could not run ... from the 'Autogradhpu' backend" in `module.to("hpu")`). A query with no gradient, so
+// the same kernel serves there on every torch.
+TORCH_LIBRARY_IMPL(aten, AutogradPrivateUse1, m) {
+  m.impl("_has_compatible_shallow_copy_type", &hasCompatibleShallowCopyType);
+}
+#endif
+
 }  // namespace
 
 void checkDtype(c10::ScalarType dtype) {
