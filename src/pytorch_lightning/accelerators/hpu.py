@@ -17,8 +17,9 @@ class HPUAccelerator(Accelerator):
     Select it with ``Trainer(accelerator="hpu")``; ``accelerator="auto"`` picks it whenever a Gaudi is present.
     """
 
-    # upstream's Trainer pairs an accelerator it does not know with its CPU/CUDA strategies, which then fail far from
-    # the cause (CUDA streams, collectives on the wrong device): only an HPU strategy's accelerator sets devices up
+    # the connectors refuse other strategies with an HPU, but one set up without them (or upstream's connectors, with
+    # ours switched off) would fail far from the cause (CUDA streams, collectives on the wrong device): only an HPU
+    # strategy's accelerator sets devices up
     _driven_by_hpu_strategy: bool = False
 
     def attach_hpu_strategy(self) -> None:
@@ -144,7 +145,7 @@ class HPUAccelerator(Accelerator):
 
 def _needs_an_hpu_strategy(problem: str) -> str:
     return (
-        f"`HPUAccelerator` trains only under an HPU strategy, but {problem}. Upstream's `lightning.pytorch.Trainer`"
-        " does not choose HPU strategies: use `pytorch_lightning.Trainer(accelerator='hpu', ...)`, or pass"
-        " `strategy=SingleHPUStrategy()` or `strategy=HPUParallelStrategy()` explicitly."
+        f"`HPUAccelerator` trains only under an HPU strategy, but {problem}. The Trainer and Fabric (`lightning`'s and"
+        " `pytorch_lightning`'s alike) choose one for `accelerator='hpu'`; elsewhere, pass one of"
+        " `pytorch_lightning.strategies` (`SingleHPUStrategy()`, `HPUParallelStrategy()`, ...) explicitly."
     )

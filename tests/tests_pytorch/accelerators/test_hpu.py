@@ -114,6 +114,18 @@ def test_float64_model_trains_with_float32_precision():
     assert 0 < difference < 1e-5
 
 
+@pytest.mark.parametrize(
+    ("device", "problem"),
+    [("cpu", "its strategy put the model on `cpu`"), ("hpu:0", "its strategy is not one of them")],
+)
+def test_devices_are_set_up_only_for_an_hpu_strategy(device, problem):
+    """Reached only past the connectors, which choose HPU strategies for ``lightning.Trainer`` too."""
+    with pytest.raises(MisconfigurationException, match="trains only under an HPU strategy") as refusal:
+        HPUAccelerator().setup_device(torch.device(device))
+    assert problem in str(refusal.value)
+    assert "`lightning`'s and `pytorch_lightning`'s alike) choose one for `accelerator='hpu'`" in str(refusal.value)
+
+
 @pytest.mark.parametrize(("strategy", "expected"), [({}, "SingleHPUStrategy")], ids=["auto"])
 def test_upstream_trainer_given_the_hpu_accelerator_picks_an_hpu_strategy(strategy, expected, tmp_path):
     # upstream's Trainer builds the HPU connector (src/_lightning_hpu), which resolves the strategy as ours does
