@@ -23,6 +23,7 @@ __all__ = [
     "config",
     "is_active",
     "is_privateuse1",
+    "is_torch_accelerator",
     "other_accelerator",
     "real_installation",
 ]
@@ -98,6 +99,13 @@ def is_privateuse1() -> bool:
     return other_accelerator() is not None and release >= torch_support.PRIVATEUSE1_TAKES_BUILTIN_NAMES
 
 
+def is_torch_accelerator() -> bool:
+    """Whether the virtual device is torch's accelerator (``torch.accelerator``): everywhere but on a build for
+    another accelerator before torch 2.9, where the HPU device type sits beside that one, which stays torch's
+    accelerator (torch 2.7 and 2.8 refuse two in every backward pass)."""
+    return other_accelerator() is None or is_privateuse1()
+
+
 def _claim_privateuse1() -> None:
     """On a build with another accelerator, names torch's PrivateUse1 backend "hpu", before the library registers it.
 
@@ -133,6 +141,25 @@ def _optimizers_per_tensor_on_hpu() -> None:
         importlib.import_module(name)._get_foreach_kernels_supported_devices = without_hpu
 
 
+def _profiler_takes_hpu_activity() -> None:
+    """torch's profiler takes a device named "hpu" for its HPU device type, profiled only where torch reports the HPU
+    activity as supported, which it does for that type alone: where hpu is PrivateUse1, it reports HPU too, so that
+    ``ProfilerActivity.HPU`` in Gaudi code (and ``PrivateUse1``, which torch profiles by the device's name) profiles
+    hpu work instead of raising."""
+    import torch.autograd.profiler
+    import torch.profiler
+    from torch.profiler import ProfilerActivity
+
+    supported = torch.autograd._supported_activities
+
+    def with_hpu() -> set:
+        return supported() | {ProfilerActivity.HPU}
+
+    # each module holds its own reference to torch's function
+    for module in (torch.autograd, torch.autograd.profiler, torch.profiler):
+        module._supported_activities = with_hpu
+
+
 def activate(
     devices: Optional[int] = None, generation: Optional[str] = None, memory_mb: Optional[int] = None
 ) -> Config:
@@ -150,7 +177,8 @@ def activate(
     On a torch 2.9 or later built for another accelerator (``is_privateuse1()``, e.g. PyPI's CUDA build), hpu is torch's
     PrivateUse1 backend and, as torch has one accelerator, takes that place from the other device: in this process,
     backward passes over the other device's tensors (a GPU's, where the machine has one) fail. Activation is opt-in per
-    process; use the GPU in another one.
+    process; use the GPU in another one. There, torch's optimizers keep Gaudi's per-tensor default on hpu, and its
+    profiler reports the HPU activity, as on a Gaudi.
     """
     global _active
     wanted = resolve(devices, generation, memory_mb)
@@ -178,8 +206,10 @@ def activate(
         # another thread's `torch.autocast("hpu")` without a dtype gets float16.
         torch.set_autocast_dtype("hpu", torch.bfloat16)
         _optimizers_per_tensor_on_hpu()
+        _profiler_takes_hpu_activity()
     ops = torch.ops.virtual_hpu
     ops.configure(wanted.devices, wanted.lazy)
+    ops.set_torch_accelerator(is_torch_accelerator())
     for index in range(wanted.devices):
         ops.set_memory_limit(index, wanted.memory_mb * 1024 * 1024)
     ops.set_fp16_supported(wanted.fp16_supported)

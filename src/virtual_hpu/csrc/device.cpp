@@ -21,6 +21,8 @@ namespace {
 
 std::atomic<c10::DeviceIndex> g_device_count{0};
 std::atomic<bool> g_lazy{true};
+// Whether torch is told it has an HPU, which makes hpu torch's accelerator (see set_torch_accelerator).
+std::atomic<bool> g_torch_accelerator{true};
 // Like CUDA, the current device is per thread.
 thread_local c10::DeviceIndex t_current_device = 0;
 std::atomic<int64_t> g_next_stream_id{1};
@@ -98,6 +100,9 @@ TORCH_LIBRARY_FRAGMENT(virtual_hpu, m) {
   m.def("device_count() -> int", [] { return static_cast<int64_t>(deviceCount()); });
   m.def("current_device() -> int", [] { return static_cast<int64_t>(currentDevice()); });
   m.def("set_device(int index) -> ()", [](int64_t index) { setCurrentDevice(static_cast<c10::DeviceIndex>(index)); });
+  // Off where the HPU device type sits beside the accelerator torch was built for (PyPI's builds before 2.9): torch
+  // 2.7 and 2.8 refuse two accelerators ("Cannot have both HPU and cuda") in every backward pass.
+  m.def("set_torch_accelerator(bool on) -> ()", [](bool on) { g_torch_accelerator = on; });
 }
 
 }  // namespace
@@ -105,6 +110,7 @@ TORCH_LIBRARY_FRAGMENT(virtual_hpu, m) {
 c10::DeviceIndex deviceCount() { return g_device_count.load(); }
 c10::DeviceIndex currentDevice() { return t_current_device; }
 bool isLazy() { return g_lazy.load(); }
+bool isTorchAccelerator() { return g_torch_accelerator.load(); }
 
 void setCurrentDevice(c10::DeviceIndex index) {
   TORCH_CHECK(index >= 0 && index < deviceCount(), "Invalid device hpu:", static_cast<int>(index), ": ",
@@ -128,8 +134,11 @@ namespace {
 template <typename Interface>
 struct DeviceHooks : Interface {
   void init() const override {}
-  bool isBuilt() const VIRTUAL_HPU_OVERRIDE_SINCE_2_7 { return true; }
-  bool isAvailable() const VIRTUAL_HPU_OVERRIDE_SINCE_2_7 { return virtual_hpu::deviceCount() > 0; }
+  // torch picks its accelerator among the device types whose hooks say they are built (see set_torch_accelerator)
+  bool isBuilt() const VIRTUAL_HPU_OVERRIDE_SINCE_2_7 { return virtual_hpu::isTorchAccelerator(); }
+  bool isAvailable() const VIRTUAL_HPU_OVERRIDE_SINCE_2_7 {
+    return virtual_hpu::isTorchAccelerator() && virtual_hpu::deviceCount() > 0;
+  }
   bool hasPrimaryContext(c10::DeviceIndex /*device_index*/) const override { return true; }
   c10::DeviceIndex deviceCount() const override { return virtual_hpu::deviceCount(); }
   void setCurrentDevice(c10::DeviceIndex device) const override { virtual_hpu::setCurrentDevice(device); }
@@ -187,7 +196,7 @@ namespace {
 // Named `HPUHooks` because torch looks the hooks up by that name.
 struct HPUHooks final : DeviceHooks<HPUHooksInterface> {
   explicit HPUHooks(HPUHooksArgs /*args*/) {}
-  bool hasHPU() const override { return true; }
+  bool hasHPU() const override { return virtual_hpu::isTorchAccelerator(); }
 };
 
 REGISTER_HPU_HOOKS(HPUHooks);

@@ -53,6 +53,8 @@ void setCurrentDevice(c10::DeviceIndex index);
 // Index of `device`, or the current device when it carries none; validates the range.
 c10::DeviceIndex resolveIndex(std::optional<c10::Device> device);
 bool isLazy();
+// Whether the device tells torch it has an HPU (its accelerator then).
+bool isTorchAccelerator();
 
 // ---- allocator.cpp: host memory tagged with an HPU device, with accounting ----
 c10::Allocator* allocatorFor(c10::DeviceIndex index);
