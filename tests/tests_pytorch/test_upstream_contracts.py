@@ -305,8 +305,15 @@ PRIVATE_NAMES = [
         "lightning",
         "lightning.pytorch.strategies.launchers.subprocess_script",
         "_SubprocessScriptLauncher",
-        "strategies/hpu_parallel.py",
-        "killing launched ranks on failure",
+        "strategies/_failure.py",
+        "killing the ranks a rank started when it fails alone",
+    ),
+    (
+        "torch",
+        "torch.distributed.distributed_c10d",
+        "_get_default_store",
+        "strategies/_failure.py",
+        "the store the ranks report failures in",
     ),
     (
         "lightning",

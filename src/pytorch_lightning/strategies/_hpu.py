@@ -19,6 +19,7 @@ from torch.distributed import ReduceOp
 from pytorch_lightning.accelerators.hpu import HPUAccelerator
 from pytorch_lightning.plugins.io.hpu import HPUCheckpointIO
 from pytorch_lightning.plugins.precision.hpu import HPUPrecisionPlugin
+from pytorch_lightning.strategies._failure import end_ranks_left_alone
 from pytorch_lightning.strategies._hpu_compile import (
     FabricRecompilation,
     compile_submodules_for_hpu,
@@ -134,7 +135,8 @@ class _HPUStrategyMixin:
 class _HPUTrainerStrategyMixin(_HPUStrategyMixin):
     """What the Trainer's HPU strategies add: graph cuts around each evaluation step, failures reported to the
     precision plugin, and, with several processes, the ranks' agreement on SIGTERM over a CPU process group
-    (``sigterm_agreement``) rather than upstream's per-step broadcast of a device tensor read back on the host."""
+    (``sigterm_agreement``) rather than upstream's per-step broadcast of a device tensor read back on the host, and the
+    end of the processes a rank started when it fails alone (see ``_failure.py``)."""
 
     sigterm_agreement: Optional[SigtermAgreement] = None
 
@@ -172,6 +174,7 @@ class _HPUTrainerStrategyMixin(_HPUStrategyMixin):
         # the plugin then leaves what the run gathered unpublished (fp8 measurements)
         if isinstance(self.precision_plugin, HPUPrecisionPlugin):  # type: ignore[attr-defined]
             self.precision_plugin.on_exception(exception)  # type: ignore[attr-defined]
+        end_ranks_left_alone(self.launcher, exception)  # type: ignore[attr-defined]
 
     def _evaluation_step(self, step: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         self._cut_graph()

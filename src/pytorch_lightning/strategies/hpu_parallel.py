@@ -1,13 +1,11 @@
 """Strategy for data-parallel training over several Intel Gaudi devices and nodes."""
 
-import signal
 from typing import Any, Optional
 
 from lightning.fabric.strategies import _StrategyRegistry
 from lightning.pytorch.overrides.distributed import _register_ddp_comm_hook
 from lightning.pytorch.strategies.ddp import DDPStrategy
-from lightning.pytorch.strategies.launchers.subprocess_script import _SubprocessScriptLauncher
-from lightning.pytorch.utilities.exceptions import MisconfigurationException, SIGTERMException
+from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from typing_extensions import override
 
 from pytorch_lightning.plugins.precision.hpu import HPUPrecisionPlugin
@@ -63,19 +61,6 @@ class HPUParallelStrategy(_HPUTrainerStrategyMixin, _HPUParallelDevicesMixin, DD
             ddp_comm_hook=self._ddp_comm_hook,
             ddp_comm_wrapper=self._ddp_comm_wrapper,
         )
-
-    @override
-    def on_exception(self, exception: BaseException) -> None:
-        """A failing process that started the others (``strategy="hpu_parallel"``) kills them before it exits.
-
-        Upstream does so only for ``KeyboardInterrupt``. Otherwise a rank outside a collective (in data loading, file
-        I/O) keeps its HPU indefinitely, and one inside waits for the process-group ``timeout`` (30 minutes). Failures
-        of the other ranks already end the run: Lightning's launcher watches them and kills every process.
-        A SIGTERM ends every rank at the same step by itself (see ``_sigterm.py``): they are left to do so.
-        """
-        super().on_exception(exception)
-        if isinstance(self._launcher, _SubprocessScriptLauncher) and not isinstance(exception, SIGTERMException):
-            self._launcher.kill(signal.SIGKILL)
 
     @classmethod
     @override

@@ -2,6 +2,7 @@
 
 import os
 import queue
+import re
 import signal
 import subprocess
 import sys
@@ -83,6 +84,13 @@ class Run:
         """SIGKILL the whole group (ranks left behind included) and reap the process."""
         self.signal(signal.SIGKILL, group=True)
         self.process.wait()
+
+
+def rank_pids(scenario: Run, ranks: int = 2) -> list[int]:
+    """Wait until every rank says "rank <r> (pid <p>) at step 2", and return their process ids."""
+    for _ in range(ranks):
+        scenario.wait_for(" at step 2", timeout=240)
+    return sorted({int(pid) for pid in re.findall(r"rank \d+ \(pid (\d+)\) at step 2", scenario.output)})
 
 
 def alive(pid: int) -> bool:

@@ -8,6 +8,12 @@
 ``fail``       at step 3 rank ``--failing-rank`` raises in ``training_step``, rank ``--stuck-rank`` hangs there; without
                either, trains until stopped. Each rank says how and at which step it stopped.
 ``oom``        a training step allocates more than the virtual device has.
+``handled``    at step 2 every rank (``--failing-rank -1``) or rank ``--failing-rank`` alone raises a ``ValueError`` in
+               ``training_step``, which the script catches; then a second ``fit``, of another Trainer, trains 4 steps.
+               The other ranks of a lone failure carry on into the step's collectives.
+``fabric``     the same with Fabric's loop: at step 2 every rank or rank ``--failing-rank`` alone raises; with
+               ``--handle`` the script catches it and trains 4 more steps.
+Each rank says what it handled, the parameter sum it trained to, and that it finished.
 """
 
 import os
@@ -268,9 +274,75 @@ def oom(args) -> None:
     trainer.fit(Hungry())
 
 
+class RaisesAtStep2(Net):
+    def __init__(self, failing_rank: int) -> None:
+        super().__init__()
+        self.failing_rank = failing_rank
+
+    def training_step(self, batch, batch_idx):
+        if self.global_step == 2:
+            _say(f"rank {self.global_rank} (pid {os.getpid()}) at step 2")
+            if self.failing_rank in (-1, self.global_rank):
+                raise ValueError(f"bad batch on rank {self.global_rank}")
+        return super().training_step(batch, batch_idx)
+
+
+def _parameter_sum(model: nn.Module) -> str:
+    return repr(sum(parameter.detach().double().sum().item() for parameter in model.parameters()))
+
+
+def handled(args) -> None:
+    pl.seed_everything(0)
+    trainer = _trainer(args, max_steps=10**6, enable_checkpointing=False)
+    try:
+        trainer.fit(RaisesAtStep2(args.failing_rank))
+    except ValueError as error:
+        _say(f"rank {trainer.global_rank} handled {error!r}")
+    again = _trainer(args, max_steps=4, enable_checkpointing=False)
+    model = Net()
+    again.fit(model)
+    _say(f"rank {again.global_rank} trained again to step {again.global_step}: {_parameter_sum(model)}")
+    _say(f"rank {again.global_rank} finished")
+
+
+def fabric(args) -> None:
+    from lightning_fabric import Fabric
+
+    fabric = Fabric(accelerator="hpu", devices=args.devices, strategy=args.strategy)
+    fabric.launch()
+    fabric.seed_everything(0)
+    net = nn.Sequential(nn.Linear(FEATURES, 32), nn.ReLU(), nn.Linear(32, 1))
+    model, optimizer = fabric.setup(net, torch.optim.SGD(net.parameters(), lr=0.1))
+    data = Points()
+
+    def train(steps: range, failing: bool) -> None:
+        for step in steps:
+            if step == 2:
+                _say(f"rank {fabric.global_rank} (pid {os.getpid()}) at step 2")
+                if failing:
+                    raise ValueError(f"bad batch on rank {fabric.global_rank}")
+            x, y = (tensor.to(fabric.device) for tensor in (data.x[:BATCH], data.y[:BATCH]))
+            fabric.backward(nn.functional.mse_loss(model(x), y))
+            optimizer.step()
+            optimizer.zero_grad()
+
+    failing = args.failing_rank in (-1, fabric.global_rank)
+    if not args.handle:
+        train(range(10**6), failing)  # until a failure ends it
+        return
+    try:
+        train(range(4), failing)
+    except ValueError as error:
+        _say(f"rank {fabric.global_rank} handled {error!r}")
+    train(range(4, 8), failing=False)
+    loss = fabric.all_reduce(torch.tensor(float(fabric.global_rank), device=fabric.device), reduce_op="sum")
+    _say(f"rank {fabric.global_rank} trained again to step 8: {_parameter_sum(net)}, all-reduced {loss.item()}")
+    _say(f"rank {fabric.global_rank} finished")
+
+
 def main() -> None:
     parser = ArgumentParser()
-    parser.add_argument("scenario", choices=["train", "save", "fail", "oom"])
+    parser.add_argument("scenario", choices=["train", "save", "fail", "oom", "handled", "fabric"])
     parser.add_argument("--dir", default=".")
     parser.add_argument("--devices", type=int, default=1)
     parser.add_argument("--strategy", default="auto")
@@ -282,8 +354,10 @@ def main() -> None:
     parser.add_argument("--slow", action="store_true")
     parser.add_argument("--failing-rank", type=int, default=-1)
     parser.add_argument("--stuck-rank", type=int, default=-1)
+    parser.add_argument("--handle", action="store_true")
     args = parser.parse_args()
-    {"train": train, "save": save, "fail": fail, "oom": oom}[args.scenario](args)
+    scenarios = {"train": train, "save": save, "fail": fail, "oom": oom, "handled": handled, "fabric": fabric}
+    scenarios[args.scenario](args)
 
 
 if __name__ == "__main__":

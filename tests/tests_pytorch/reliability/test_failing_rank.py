@@ -5,13 +5,12 @@ The sibling of the failing rank is stuck outside any collective, the hardest cas
 (gloo does) cannot help, only the processes themselves can.
 """
 
-import re
 import signal
 import time
 
 import pytest
 
-from tests_pytorch.reliability.processes import wait_until_gone
+from tests_pytorch.reliability.processes import rank_pids, wait_until_gone
 
 # runs of the "fail" scenario, started together; the tests check them one by one
 SCENARIOS = {
@@ -30,17 +29,10 @@ def runs(run_module):
     }
 
 
-def _rank_pids(scenario) -> list[int]:
-    """Wait until both ranks train (step 2), and return their process ids."""
-    for _ in range(2):
-        scenario.wait_for(" at step 2", timeout=240)
-    return sorted({int(pid) for pid in re.findall(r"rank \d \(pid (\d+)\) at step 2", scenario.output)})
-
-
 @pytest.mark.parametrize(("name", "failing"), [("rank 1 raises, rank 0 stuck", 1), ("rank 0 raises, rank 1 stuck", 0)])
 def test_failing_rank_ends_every_process(runs, name, failing):
     scenario = runs[name]
-    pids = _rank_pids(scenario)
+    pids = rank_pids(scenario)
     assert len(pids) == 2, scenario.output[-3000:]
     # the failure happens at step 3, right after step 2 was reported
     failed_at = time.monotonic()
@@ -52,7 +44,7 @@ def test_failing_rank_ends_every_process(runs, name, failing):
 
 def test_sigterm_to_the_launcher_stops_every_rank(runs):
     scenario = runs["SIGTERM to the launcher"]
-    pids = _rank_pids(scenario)
+    pids = rank_pids(scenario)
     assert len(pids) == 2
     scenario.signal(signal.SIGTERM)
     # upstream stops gracefully: its SIGTERMException is a `SystemExit()`, so the launcher exits with code 0
