@@ -21,6 +21,8 @@ from typing import Any, Optional
 
 import torch.distributed as dist
 
+from virtual_hpu import torch_support
+
 __all__ = ["BACKEND", "initialize_distributed_hpu", "register"]
 
 BACKEND = "hccl"
@@ -31,6 +33,10 @@ def register() -> None:
     if BACKEND.upper() in dist.Backend._plugins:
         return
     dist.Backend.register_backend(BACKEND, _create_backend, extended_api=True, devices=["hpu", "cpu"])
+    default_backends = dist.Backend.default_device_backend_map
+    if torch_support.installed() < torch_support.BACKEND_TAKES_DEVICES_FROM_FAKE and default_backends["hpu"] == "fake":
+        # torch's fake process group, imported with FSDP, claimed hpu first: a group without a backend name must be HCCL
+        default_backends["hpu"] = BACKEND
     if not hasattr(dist.ProcessGroupGloo, "perform_nocolor_split"):
         # With a group bound to a device (``init_process_group(device_id=...)``, as Lightning does), ``new_group``
         # has the ranks left out of the new group take part in a split of the bound device's backend; gloo

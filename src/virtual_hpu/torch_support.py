@@ -26,6 +26,10 @@ NEWEST = TorchRelease(2, 15)  # PyPI's newest when the range was last extended
 # 2.9: the device string "hpu" names torch's PrivateUse1 backend once that is renamed "hpu" (pytorch#157609); before,
 # it always names the HPU device type, so the virtual Gaudi can be PrivateUse1 only from 2.9 on
 PRIVATEUSE1_TAKES_BUILTIN_NAMES = TorchRelease(2, 9)
+# 2.12: a backend registered for a device takes it over from torch's fake process group (pytorch#174764). From 2.8
+# (pytorch#159945) to 2.11, the fake group, which FSDP imports, claims "hpu" first and keeps it as the default backend
+# of hpu
+BACKEND_TAKES_DEVICES_FROM_FAKE = TorchRelease(2, 12)
 
 
 def release_of(version: str) -> TorchRelease:
@@ -34,6 +38,13 @@ def release_of(version: str) -> TorchRelease:
     if match is None:
         raise ValueError(f"Not a torch version: {version!r}")
     return TorchRelease(int(match.group(1)), int(match.group(2)))
+
+
+def installed() -> TorchRelease:
+    """The release of the torch this process imports."""
+    import torch
+
+    return release_of(torch.__version__)
 
 
 def is_supported(version: str) -> bool:
