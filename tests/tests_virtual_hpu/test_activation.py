@@ -39,8 +39,8 @@ def test_env_activation_in_a_child_announces_once(python, lazy_flag, mode):
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["3", "GAUDI3", "hpu:2"]
-    lines = [line for line in result.stderr.splitlines() if "Virtual Gaudi" in line]
-    assert lines == [
+    # and nothing else: no warning of torch's about what the device registers
+    assert result.stderr.splitlines() == [
         f"Virtual Gaudi active: 3 x GAUDI3 (host memory), 131072 MiB per device, {mode} mode; not a real accelerator"
     ]
 

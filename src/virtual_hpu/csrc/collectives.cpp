@@ -3,6 +3,7 @@
 #include "virtual_hpu.h"
 
 #include <ATen/core/ivalue.h>
+#include <c10/util/Exception.h>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/Types.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
@@ -212,7 +213,27 @@ void collective(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::
   }
 }
 
+#ifdef VIRTUAL_HPU_PRIVATEUSE1
+// torch registers c10d kernels for any PrivateUse1 backend that hand its tensors to the group's backend for that device,
+// which gloo cannot take; ours replace them on purpose, so the dispatcher's warning about overriding a kernel (meant for
+// accidents) is dropped while they register. Other warnings go on to the handler in place.
+class DropKernelOverrideWarning : public c10::WarningHandler {
+ public:
+  explicit DropKernelOverrideWarning(c10::WarningHandler* next) : next_(next) {}
+  void process(const c10::Warning& warning) override {
+    if (warning.msg().find("Overriding a previously registered kernel") == std::string::npos) next_->process(warning);
+  }
+
+ private:
+  c10::WarningHandler* next_;
+};
+#endif
+
 VIRTUAL_HPU_LIBRARY_IMPL(c10d, m) {
+#ifdef VIRTUAL_HPU_PRIVATEUSE1
+  DropKernelOverrideWarning drop(c10::WarningUtils::get_warning_handler());
+  c10::WarningUtils::WarningHandlerGuard guard(&drop);
+#endif
   for (const char* name :
        {"allreduce_", "allreduce_coalesced_", "reduce_", "broadcast_", "allgather_", "_allgather_base_",
         "allgather_coalesced_", "allgather_into_tensor_coalesced_", "reduce_scatter_", "_reduce_scatter_base_",
