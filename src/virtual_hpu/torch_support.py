@@ -8,7 +8,10 @@ pin, so the range is enforced here, where HPU is asked for.
 """
 
 import re
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
+
+if TYPE_CHECKING:
+    import torch
 
 
 class TorchRelease(NamedTuple):
@@ -45,6 +48,17 @@ def installed() -> TorchRelease:
     import torch
 
     return release_of(torch.__version__)
+
+
+def function_result(result: "torch.Tensor", dtype: "torch.dtype") -> "torch.Tensor":
+    """``result`` in ``dtype``, for an ``autograd.Function``'s forward to return: a new tensor only where the dtype
+    differs.
+
+    Compiled by torch 2.11, a Function whose result is the same tensor as another made in its forward (a ``.to()`` to
+    the dtype a tensor has returns that tensor) routes the result's gradient to that other one, and its inputs get none
+    (pytorch#180642, fixed in 2.12).
+    """
+    return result if result.dtype == dtype else result.to(dtype)
 
 
 def is_supported(version: str) -> bool:

@@ -4,6 +4,8 @@ from enum import Enum
 
 import torch
 
+from virtual_hpu import torch_support
+
 
 class RmsNormBwdMode(Enum):
     """How Gaudi's graph compiler partitions the backward kernel; the result is the same in every mode."""
@@ -23,7 +25,7 @@ class FusedRMSNorm(torch.autograd.Function):
         x = data_in.float()
         inverse_rms = torch.rsqrt(x.square().mean(-1, keepdim=True) + eps)
         ctx.save_for_backward(inverse_rms, data_in, gamma)
-        return (x * inverse_rms * gamma.float()).to(data_in.dtype)
+        return torch_support.function_result(x * inverse_rms * gamma.float(), data_in.dtype)
 
     @staticmethod
     def backward(ctx, root_mean_square_norm_grad_in):
