@@ -33,6 +33,9 @@ PRIVATEUSE1_TAKES_BUILTIN_NAMES = TorchRelease(2, 9)
 # (pytorch#159945) to 2.11, the fake group, which FSDP imports, claims "hpu" first and keeps it as the default backend
 # of hpu
 BACKEND_TAKES_DEVICES_FROM_FAKE = TorchRelease(2, 12)
+# 2.13: autograd.Function.apply takes its forward's arguments by keyword too (pytorch#182205); before, positionally
+# only, unless the Function defines setup_context
+FUNCTION_APPLY_TAKES_KEYWORDS = TorchRelease(2, 13)
 
 
 def release_of(version: str) -> TorchRelease:
