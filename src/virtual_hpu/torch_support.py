@@ -26,6 +26,8 @@ class TorchRelease(NamedTuple):
 
 OLDEST = TorchRelease(2, 6)  # Gaudi software 1.21, the last for first-generation Gaudi
 NEWEST = TorchRelease(2, 15)  # PyPI's newest when the range was last extended
+# 2.7: torch.profiler.ProfilerActivity gained HPU (pytorch#148182)
+PROFILER_HAS_HPU_ACTIVITY = TorchRelease(2, 7)
 # 2.9: the device string "hpu" names torch's PrivateUse1 backend once that is renamed "hpu" (pytorch#157609); before,
 # it always names the HPU device type, so the virtual Gaudi can be PrivateUse1 only from 2.9 on
 PRIVATEUSE1_TAKES_BUILTIN_NAMES = TorchRelease(2, 9)
