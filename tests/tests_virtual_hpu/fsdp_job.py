@@ -61,7 +61,9 @@ def train(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> None:
     optimizer = torch.optim.SGD(model.parameters(), lr=LR)
     for _ in range(STEPS):
         optimizer.zero_grad()
-        nn.functional.mse_loss(model(x.to(device)), y.to(device)).backward()
+        # the loss in the rows' dtype: up to torch 2.11 at least, mse_loss of a bf16 output (mixed precision) and fp32
+        # targets computes in fp32 but fails in backward (pytorch#36553)
+        nn.functional.mse_loss(model(x.to(device)).to(y.dtype), y.to(device)).backward()
         optimizer.step()
 
 
