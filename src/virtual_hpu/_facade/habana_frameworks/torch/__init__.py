@@ -6,11 +6,13 @@ import torch._tensor_str
 from habana_frameworks.torch import core, hpu, utils  # noqa: F401
 
 # importing _fp8_ops and _fused_ops registers torch.ops.hpu.*
-from virtual_hpu import _fp8_ops, _fused_ops, _sync_batch_norm_ops, is_privateuse1  # noqa: F401
+from virtual_hpu import _fp8_ops, _fused_ops, _rnn_cell_ops, _sync_batch_norm_ops, is_privateuse1  # noqa: F401
 
 torch._register_device_module("hpu", hpu)
 # the device's dispatch key (see virtual_hpu.is_privateuse1)
 _sync_batch_norm_ops.register("PrivateUse1" if is_privateuse1() else "HPU")
+if is_privateuse1():
+    _rnn_cell_ops.register()
 
 
 def _print_in_fp32(to_type=torch._tensor_str.tensor_totype):
