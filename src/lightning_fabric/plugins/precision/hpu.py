@@ -6,15 +6,12 @@ measurements) is the Trainer plugin's. Only the backward and optimizer-step hook
 closure, as upstream's Fabric plugins define them.
 """
 
-from typing import Any
-
+import torch
 from lightning.fabric.plugins.precision.amp import MixedPrecision as _FabricMixedPrecision
 from lightning.fabric.plugins.precision.deepspeed import DeepSpeedPrecision as _FabricDeepSpeedPrecision
 from lightning.fabric.plugins.precision.fsdp import FSDPPrecision as _FabricFSDPPrecision
 from lightning.fabric.plugins.precision.half import HalfPrecision as _FabricHalfPrecision
 from lightning.fabric.plugins.precision.precision import Precision as _FabricPrecision
-from lightning_utilities.core.apply_func import apply_to_collection
-from torch import Tensor
 
 from pytorch_lightning.plugins.precision import hpu, hpu_deepspeed, hpu_fp8, hpu_fsdp, hpu_half, hpu_mixed
 
@@ -29,37 +26,35 @@ class FabricHooks:
     optimizer_step = _FabricPrecision.optimizer_step
 
 
-class _AutocastInputsAndOutputs:
-    """As upstream's Fabric autocast plugin: floating-point inputs enter the model in the autocast type, and its outputs
-    leave it in the default type, so that a loss computed from them outside autocast is taken in fp32."""
+class _AutocastInputDtype:
+    """The type upstream's Fabric ``MixedPrecision`` casts floating-point inputs to (and that its compute-dtype lookup
+    reads), set there by a constructor the HPU plugins do not run: the autocast type of the precision."""
 
     precision: str
-    convert_output = _FabricMixedPrecision.convert_output
 
-    def convert_input(self, data: Any) -> Any:
-        dtype = hpu_mixed.AUTOCAST_DTYPES[self.precision]
-        return apply_to_collection(
-            data, Tensor, lambda tensor: tensor.to(dtype) if tensor.is_floating_point() else tensor
-        )
+    @property
+    def _desired_input_dtype(self) -> torch.dtype:
+        return hpu_mixed.AUTOCAST_DTYPES[self.precision]
 
 
-class HPUMixedPrecision(FabricHooks, _AutocastInputsAndOutputs, hpu_mixed.HPUMixedPrecision):
+class HPUMixedPrecision(FabricHooks, _AutocastInputDtype, hpu_mixed.HPUMixedPrecision, _FabricMixedPrecision):
     """Fabric's ``precision="bf16-mixed"`` / ``"16-mixed"`` on HPUs: ``torch.autocast("hpu")`` with Gaudi's op lists,
-    as :class:`pytorch_lightning.plugins.HPUMixedPrecision`."""
+    as :class:`pytorch_lightning.plugins.HPUMixedPrecision`; inputs enter the model in the autocast type and outputs
+    leave it in the default type, as with upstream's Fabric ``MixedPrecision``, which it is."""
 
 
-class HPUHalfPrecision(FabricHooks, hpu_half.HPUHalfPrecision):
+class HPUHalfPrecision(FabricHooks, hpu_half.HPUHalfPrecision, _FabricHalfPrecision):
     """Fabric's ``precision="bf16-true"`` / ``"16-true"`` on HPUs, as
     :class:`pytorch_lightning.plugins.HPUHalfPrecision`; outputs leave the model in the default type, as with upstream's
-    Fabric ``HalfPrecision``."""
-
-    convert_output = _FabricHalfPrecision.convert_output
+    Fabric ``HalfPrecision``, which it is."""
 
 
-class HPUFP8Precision(FabricHooks, _AutocastInputsAndOutputs, hpu_fp8.HPUFP8Precision):
+class HPUFP8Precision(FabricHooks, _AutocastInputDtype, hpu_fp8.HPUFP8Precision, _FabricMixedPrecision):
     """Fabric's fp8 training on HPUs (Gaudi2 and newer) with Gaudi's Transformer Engine:
     :class:`pytorch_lightning.plugins.HPUFP8Precision`. ``precision="transformer-engine"``, Fabric's fp8 flag on CUDA,
-    builds it too."""
+    builds it too. The ops outside Transformer Engine modules run in bf16 autocast, with inputs and outputs converted
+    as by upstream's Fabric ``MixedPrecision``, which it is; upstream's ``TransformerEnginePrecision`` holds the whole
+    model in one type and uses NVIDIA's Transformer Engine, so it is not a base."""
 
 
 class HPUPrecision(FabricHooks, hpu.HPUPrecisionPlugin):
@@ -84,9 +79,10 @@ class HPUPrecision(FabricHooks, hpu.HPUPrecisionPlugin):
         }
 
 
-class HPUDeepSpeedPrecision(FabricHooks, hpu_deepspeed.HPUDeepSpeedPrecisionPlugin):
+class HPUDeepSpeedPrecision(FabricHooks, hpu_deepspeed.HPUDeepSpeedPrecisionPlugin, _FabricDeepSpeedPrecision):
     """Precision for Fabric's DeepSpeed on HPUs: :class:`pytorch_lightning.plugins.HPUDeepSpeedPrecisionPlugin`, with
-    backward and the step left to DeepSpeed's engine as upstream's Fabric ``DeepSpeedPrecision`` does."""
+    backward and the step left to DeepSpeed's engine, and outputs leaving the model in the default type, as upstream's
+    Fabric ``DeepSpeedPrecision`` does, which it is."""
 
     _entry_point = "HPUDeepSpeedPrecision"
     backward = _FabricDeepSpeedPrecision.backward

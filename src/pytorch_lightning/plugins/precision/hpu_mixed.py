@@ -7,9 +7,13 @@ from pathlib import Path
 from typing import Any, Optional, Union
 
 import torch
+from lightning.pytorch.plugins.precision.amp import MixedPrecision
+from lightning.pytorch.plugins.precision.precision import Precision
+from lightning.pytorch.utilities import GradClipAlgorithmType
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.utilities.rank_zero import rank_zero_info, rank_zero_warn
 from torch.nn import Module
+from torch.optim import Optimizer
 from typing_extensions import override
 
 from pytorch_lightning.plugins.precision.hpu import HPUPrecisionPlugin, check_generation, unified_precision
@@ -26,9 +30,10 @@ _OP_LIST_VARIABLES = {
 }
 
 
-class HPUMixedPrecision(HPUPrecisionPlugin):
-    """Mixed precision on HPUs: ``torch.autocast("hpu")`` in bf16 (``"bf16-mixed"``) or fp16 (``"16-mixed"``, Gaudi2
-    and newer), with Gaudi's op lists deciding which ops run in lower precision and which stay in fp32.
+class HPUMixedPrecision(HPUPrecisionPlugin, MixedPrecision):
+    """Upstream's ``MixedPrecision`` on HPUs: ``torch.autocast("hpu")`` in bf16 (``"bf16-mixed"``) or fp16
+    (``"16-mixed"``, Gaudi2 and newer), with Gaudi's op lists deciding which ops run in lower precision and which stay
+    in fp32, and without loss scaling.
 
     ``Trainer(accelerator="hpu", precision="bf16-mixed")`` builds it; pass it in ``plugins`` to give op lists.
     Gaudi's bridge reads the op lists once, when it loads, from the files that
@@ -50,6 +55,8 @@ class HPUMixedPrecision(HPUPrecisionPlugin):
     """
 
     _precisions: tuple[str, ...] = ("bf16-mixed", "16-mixed")
+    # Gaudi trains without a gradient scaler, in fp16 too; upstream's steps and state then pass through
+    scaler = None
 
     def __init__(
         self,
@@ -86,6 +93,16 @@ class HPUMixedPrecision(HPUPrecisionPlugin):
     @override
     def forward_context(self) -> AbstractContextManager:
         return self.autocast_context_manager()
+
+    @override
+    def clip_gradients(
+        self,
+        optimizer: Optimizer,
+        clip_val: Union[int, float] = 0.0,
+        gradient_clip_algorithm: GradClipAlgorithmType = GradClipAlgorithmType.NORM,
+    ) -> None:
+        # upstream refuses optimizers that unscale gradients themselves; without a scaler nothing is scaled
+        Precision.clip_gradients(self, optimizer, clip_val, gradient_clip_algorithm)
 
     @override
     def convert_module(self, module: Module) -> Module:
