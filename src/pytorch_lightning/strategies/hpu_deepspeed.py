@@ -44,7 +44,9 @@ class HPUDeepSpeedStrategy(_HPUTrainerStrategyMixin, _HPUParallelDevicesMixin, D
     ``config``, as lightning-habana's strategy did: the model then runs in DeepSpeed's inference engine.
 
     Offload goes to host memory only: DeepSpeed has no asynchronous I/O for HPUs, so NVMe offload is refused. When
-    both the LightningModule and the DeepSpeed config define an optimizer, the LightningModule's is used.
+    both the LightningModule and the DeepSpeed config define an optimizer, the LightningModule's is used (upstream
+    takes the config's optimizer and scheduler then, and does not call ``configure_optimizers``); so is its
+    learning-rate scheduler when both define one, as upstream's is when the config has no optimizer. Both are logged.
     """
 
     strategy_name = "hpu_deepspeed"
@@ -95,7 +97,8 @@ class HPUDeepSpeedStrategy(_HPUTrainerStrategyMixin, _HPUParallelDevicesMixin, D
         if "optimizer" in self.config and is_overridden("configure_optimizers", self.lightning_module):
             rank_zero_info(
                 "The DeepSpeed config and `LightningModule.configure_optimizers` both define an optimizer: the"
-                " LightningModule's is used."
+                " LightningModule's is used (upstream's `DeepSpeedStrategy` would use the config's optimizer and"
+                " scheduler, and not call `configure_optimizers`)."
             )
             self.config = {key: value for key, value in self.config.items() if key != "optimizer"}
         super()._initialize_deepspeed_train(model)
@@ -109,6 +112,14 @@ class HPUDeepSpeedStrategy(_HPUTrainerStrategyMixin, _HPUParallelDevicesMixin, D
                 "`HPUDeepSpeedStrategy` trains with the optimizer that `LightningModule.configure_optimizers` returns,"
                 " and it returned None. Return an optimizer from `configure_optimizers`, or define one in the DeepSpeed"
                 ' config (`"optimizer": {"type": "AdamW", "params": {...}}`).'
+            )
+        assert isinstance(self.config, dict)
+        if scheduler is not None and "scheduler" in self.config:
+            # DeepSpeed builds the config's scheduler only when it is given none
+            rank_zero_info(
+                "The DeepSpeed config and `LightningModule.configure_optimizers` both define a learning-rate scheduler:"
+                " the LightningModule's is used, as DeepSpeed and upstream's `DeepSpeedStrategy` do when the config"
+                " defines no optimizer."
             )
         return optimizer, scheduler
 

@@ -1,6 +1,7 @@
 """DeepSpeed on HPUs: the configurations of the reference page, names, configs, precision and bad inputs."""
 
 import json
+import logging
 
 import pytest
 import torch
@@ -243,6 +244,27 @@ def test_module_optimizer_wins_over_config_optimizer():
     inner = trainer.strategy.deepspeed_engine.optimizer.optimizer
     assert isinstance(inner, torch.optim.SGD)
     assert "optimizer" not in trainer.strategy.config
+
+
+@pytest.mark.parametrize("config_optimizer", [True, False], ids=["config optimizer", "no config optimizer"])
+def test_module_scheduler_wins_over_config_scheduler_and_is_logged(config_optimizer, caplog):
+    """Upstream's on CUDA without a config optimizer (DeepSpeed builds its config's scheduler only when given none)."""
+    config = {
+        "scheduler": {"type": "WarmupLR", "params": {"warmup_min_lr": 0.0, "warmup_max_lr": 0.5}},
+        "zero_optimization": {"stage": 2},
+        "zero_allow_untested_optimizer": True,
+    }
+    if config_optimizer:
+        config["optimizer"] = {"type": "Adam", "params": {"lr": 0.5}}
+    trainer = _trainer(HPUDeepSpeedStrategy(config=config))
+    with caplog.at_level(logging.INFO, logger="lightning.pytorch"):
+        trainer.fit(SampleModel())
+    (scheduler_config,) = trainer.lr_scheduler_configs
+    assert isinstance(scheduler_config.scheduler, torch.optim.lr_scheduler.StepLR)
+    assert trainer.strategy.deepspeed_engine.lr_scheduler is None  # Lightning steps it, not DeepSpeed
+    messages = [record.getMessage() for record in caplog.records]
+    assert any("both define a learning-rate scheduler: the LightningModule's is used" in m for m in messages)
+    assert any("both define an optimizer" in m for m in messages) == config_optimizer
 
 
 @pytest.mark.parametrize(
