@@ -237,10 +237,11 @@ VIRTUAL_HPU_LIBRARY_IMPL(c10d, m) {
   for (const char* name :
        {"allreduce_", "allreduce_coalesced_", "reduce_", "broadcast_", "allgather_", "_allgather_base_",
         "allgather_coalesced_", "allgather_into_tensor_coalesced_", "reduce_scatter_", "_reduce_scatter_base_",
-        "reduce_scatter_tensor_coalesced_", "gather_", "scatter_", "alltoall_", "alltoall_base_", "barrier",
+        "reduce_scatter_tensor_coalesced_", "gather_", "scatter_", "alltoall_base_", "barrier",
         "monitored_barrier_", "send", "recv_", "recv_any_source_"}) {
     m.impl(name, torch::CppFunction::makeFromBoxedFunction<&collective>());
   }
+  m.impl("alltoall_", torch::CppFunction::makeFromBoxedFunction<&alltoallAsBase>());
 }
 
 // DDP times its steps with a timer registered for the parameters' device type, and warns on every run for a device

@@ -143,6 +143,10 @@ class DeviceCheck {
   std::optional<c10::Device> cpu_;
 };
 
+// ---- alltoall.cpp ----
+// c10d::alltoall_ as one alltoall_base: a size for each pair of ranks, as HCCL takes them.
+void alltoallAsBase(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::jit::Stack* stack);
+
 // ---- autocast.cpp ----
 // Whether the configured generation has float16 (Gaudi2 and newer).
 bool fp16Supported();
