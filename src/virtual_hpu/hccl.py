@@ -65,8 +65,9 @@ def _create_backend(options: Any, backend_options: Any = None) -> "dist.ProcessG
     """A gloo backend for one process group (``backend_options``, HCCL's own options, have nothing to set here)."""
     timeout = options.timeout if isinstance(options.timeout, timedelta) else timedelta(minutes=30)
     backend = dist.ProcessGroupGloo(options.store, options.group_rank, options.group_size, timeout)
-    backend.options.global_ranks_in_group = options.global_ranks_in_group
-    backend.options.group_name = options.group_id
+    if torch_support.gloo_options_name_their_group(backend.options):  # for a group split from this one
+        backend.options.global_ranks_in_group = options.global_ranks_in_group
+        backend.options.group_name = options.group_id
     backend._set_sequence_number_for_group()
     return backend
 

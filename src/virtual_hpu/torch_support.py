@@ -8,7 +8,7 @@ pin, so the range is enforced here, where HPU is asked for.
 """
 
 import re
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, Optional
 
 if TYPE_CHECKING:
     import torch
@@ -28,6 +28,11 @@ OLDEST = TorchRelease(2, 6)  # Gaudi software 1.21, the last for first-generatio
 NEWEST = TorchRelease(2, 15)  # PyPI's newest when the range was last extended
 # 2.7: torch.profiler.ProfilerActivity gained HPU (pytorch#148182)
 PROFILER_HAS_HPU_ACTIVITY = TorchRelease(2, 7)
+# 2.7: init_process_group(device_id=...) binds a group to any accelerator's device; before, to a CUDA device only
+# (pytorch#143735)
+GROUPS_BIND_TO_ANY_ACCELERATOR = TorchRelease(2, 7)
+# 2.8: gloo, which the virtual HCCL runs on, reduce-scatters lists of tensors (pytorch#149869); before, tensors only
+GLOO_REDUCE_SCATTERS_LISTS = TorchRelease(2, 8)
 # 2.9: the device string "hpu" names torch's PrivateUse1 backend once that is renamed "hpu" (pytorch#157609); before,
 # it always names the HPU device type, so the virtual Gaudi can be PrivateUse1 only from 2.9 on
 PRIVATEUSE1_TAKES_BUILTIN_NAMES = TorchRelease(2, 9)
@@ -53,6 +58,18 @@ def installed() -> TorchRelease:
     import torch
 
     return release_of(torch.__version__)
+
+
+def hpu_group_device(device: "torch.device") -> "Optional[torch.device]":
+    """The ``device_id`` that binds a process group to the hpu ``device`` where torch can: None before torch 2.7,
+    which binds groups to CUDA devices only."""
+    return device if installed() >= GROUPS_BIND_TO_ANY_ACCELERATOR else None
+
+
+def gloo_options_name_their_group(options: object) -> bool:
+    """Whether gloo's backend ``options`` carry their group's name and global ranks, which ``split_group`` reads: from
+    the release that splits groups of backends other than NCCL (2.8, pytorch#152175); 2.6 has neither."""
+    return hasattr(options, "group_name") and hasattr(options, "global_ranks_in_group")
 
 
 def function_result(result: "torch.Tensor", dtype: "torch.dtype") -> "torch.Tensor":

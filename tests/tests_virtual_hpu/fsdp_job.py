@@ -306,6 +306,7 @@ def checkpoint(x: torch.Tensor, y: torch.Tensor, work_dir: str) -> dict:
 def main() -> None:
     global rank, world_size, device
     import virtual_hpu
+    from virtual_hpu import torch_support
 
     assert virtual_hpu.activate_from_env()
     import habana_frameworks.torch.distributed.hccl  # noqa: F401  (registers "hccl")
@@ -315,7 +316,7 @@ def main() -> None:
     torch.hpu.set_device(device)
     batch_file, work_dir = sys.argv[1:3]
     batch = torch.load(batch_file)
-    dist.init_process_group("hccl", device_id=device, timeout=timedelta(seconds=60))
+    dist.init_process_group("hccl", device_id=torch_support.hpu_group_device(device), timeout=timedelta(seconds=60))
     results = {
         "training": training(batch["x"], batch["y"]),
         "memory": attempt(memory),
