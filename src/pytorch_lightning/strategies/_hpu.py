@@ -310,10 +310,32 @@ def hccl_process_group() -> Iterator[None]:
     import habana_frameworks.torch.distributed.hccl  # noqa: F401
 
     created = not dist.is_initialized()
-    yield
+    with _unbound_where_torch_binds_cuda_only():
+        yield
     if created and dist.is_initialized():
         dist.GroupMember.WORLD.bound_device_id = None  # type: ignore[union-attr]
     _destroy_process_group_at_exit()
+
+
+@contextmanager
+def _unbound_where_torch_binds_cuda_only() -> Iterator[None]:
+    """Before torch 2.7 a group binds to a CUDA device only, and an HPU's ``device_id``, which upstream passes, is
+    refused: there the group is created unbound, as it is left anyway."""
+    from virtual_hpu import torch_support
+
+    if torch_support.installed() >= torch_support.GROUPS_BIND_TO_ANY_ACCELERATOR:
+        yield
+        return
+    init = dist.init_process_group
+
+    def unbound(*args: Any, device_id: Any = None, **kwargs: Any) -> Any:
+        return init(*args, **kwargs)
+
+    dist.init_process_group = unbound
+    try:
+        yield
+    finally:
+        dist.init_process_group = init
 
 
 def _destroy_process_group_at_exit() -> None:
