@@ -38,7 +38,13 @@ class HpuInterface(DeviceInterface):
     is_available = staticmethod(hpu.is_available)
     stream = staticmethod(hpu.stream)  # type: ignore[assignment]
     current_stream = staticmethod(hpu.current_stream)
+    # what a ``torch.hpu.stream(...)`` block in a compiled region calls on entering and leaving (torch 2.6 traces them)
+    set_stream = staticmethod(hpu.set_stream)
     synchronize = staticmethod(hpu.synchronize)
+
+    @staticmethod
+    def _set_stream_by_id(stream_id: int, device_index: int, device_type: int) -> None:
+        """Select a stream made outside the compiled region, by its ids: all are the device's one stream here."""
 
     @staticmethod
     def get_raw_stream(device_idx: int) -> int:
