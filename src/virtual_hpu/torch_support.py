@@ -31,6 +31,9 @@ PROFILER_HAS_HPU_ACTIVITY = TorchRelease(2, 7)
 # 2.7: init_process_group(device_id=...) binds a group to any accelerator's device; before, to a CUDA device only
 # (pytorch#143735)
 GROUPS_BIND_TO_ANY_ACCELERATOR = TorchRelease(2, 7)
+# 2.8: scaled_dot_product_attention asks the HPU device type which of its kernels to take (pytorch#149512); before, it
+# always decomposes into the math backend's ops there
+HPU_SDPA_CHOOSES_A_KERNEL = TorchRelease(2, 8)
 # 2.8: gloo, which the virtual HCCL runs on, reduce-scatters lists of tensors (pytorch#149869); before, tensors only
 GLOO_REDUCE_SCATTERS_LISTS = TorchRelease(2, 8)
 # 2.9: the device string "hpu" names torch's PrivateUse1 backend once that is renamed "hpu" (pytorch#157609); before,

@@ -23,6 +23,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from tests_virtual_hpu.sdpa_reference import backends_as_on_hpu
 from virtual_hpu import autocast
 
 PRECISIONS = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -83,6 +84,11 @@ def _rotary(x, cos, sin):  # Llama's rotate_half embedding
     half = x.shape[-1] // 2
     rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
     return x * cos + rotated * sin
+
+
+def _sdpa(q, k, v):  # with the backend torch takes on hpu, on either device
+    with backends_as_on_hpu(q.device):
+        return F.scaled_dot_product_attention(q, k, v)
 
 
 def _causal_scores(q, k):  # GPT-2's attention weights: masked_fill with a causal mask, then softmax
@@ -150,7 +156,7 @@ CASES = [
     Case("log_softmax", lambda x: F.log_softmax(x, -1), (act(3, 5),), "log_softmax"),
     Case(
         "sdpa",
-        F.scaled_dot_product_attention,
+        _sdpa,
         (act(2, 2, 4, 8), act(2, 2, 4, 8), act(2, 2, 4, 8)),
         "scaled_dot_product_attention",
     ),

@@ -4,6 +4,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from tests_virtual_hpu.sdpa_reference import backends_as_on_hpu
+
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 # name -> keyword arguments of scaled_dot_product_attention; "bias" is a float mask that requires grad (T5's
 # relative position bias), "gqa" has fewer key/value heads than query heads.
@@ -39,7 +41,7 @@ def _inputs(variant: str, dtype: torch.dtype, device: str) -> tuple[list[torch.T
 def _train_step(variant: str, dtype: torch.dtype, device: str, autocast: bool):
     tensors, kwargs = _inputs(variant, dtype, device)
     torch.manual_seed(1)  # the dropout mask: hpu draws from the same generator as CPU
-    with torch.autocast(device, dtype=torch.bfloat16, enabled=autocast):
+    with torch.autocast(device, dtype=torch.bfloat16, enabled=autocast), backends_as_on_hpu(torch.device(device)):
         out = F.scaled_dot_product_attention(*tensors[:3], **kwargs)
     weights = torch.linspace(-1, 1, out.numel()).view(out.shape).to(device)
     (out.float() * weights).sum().backward()
