@@ -39,6 +39,9 @@ GLOO_REDUCE_SCATTERS_LISTS = TorchRelease(2, 8)
 # 2.9: the device string "hpu" names torch's PrivateUse1 backend once that is renamed "hpu" (pytorch#157609); before,
 # it always names the HPU device type, so the virtual Gaudi can be PrivateUse1 only from 2.9 on
 PRIVATEUSE1_TAKES_BUILTIN_NAMES = TorchRelease(2, 9)
+# 2.11: autocast no longer hands a weight it cast under no_grad or inference_mode, without autograd history, to the
+# training after it in the same region (pytorch#165068; 2.9 has the bug, 2.10 is untested)
+AUTOCAST_CACHE_KEEPS_GRAD_HISTORY = TorchRelease(2, 11)
 # 2.12: a backend registered for a device takes it over from torch's fake process group (pytorch#174764). From 2.8
 # (pytorch#159945) to 2.11, the fake group, which FSDP imports, claims "hpu" first and keeps it as the default backend
 # of hpu

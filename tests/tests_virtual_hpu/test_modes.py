@@ -6,6 +6,8 @@ import textwrap
 import pytest
 import torch
 
+from virtual_hpu import torch_support
+
 # A CPU-only op, so that on hpu tensors it runs through the device's fallback on CPU aliases of their memory: it tells
 # whether the alias it was given is an inference tensor.
 PEEK = """
@@ -81,6 +83,10 @@ def test_all_gather_after_inference_mode_work(python, tmp_path):
     assert lines[0][1] == lines[1][1]  # the gradients were averaged across the ranks
 
 
+@pytest.mark.skipif(
+    torch_support.installed() < torch_support.AUTOCAST_CACHE_KEEPS_GRAD_HISTORY,
+    reason="needs torch 2.11: before, autocast trains on the weights it cast under the other mode, on CPU too",
+)
 @pytest.mark.parametrize("mode", ["no_grad", "inference_mode"])
 def test_training_after_a_mode_inside_autocast_is_unchanged_by_it(mode):
     """Work in another mode inside the same autocast region leaves nothing behind for the training after it (aliases,
