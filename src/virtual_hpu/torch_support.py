@@ -28,6 +28,9 @@ OLDEST = TorchRelease(2, 6)  # Gaudi software 1.21, the last for first-generatio
 NEWEST = TorchRelease(2, 15)  # PyPI's newest when the range was last extended
 # 2.7: torch.profiler.ProfilerActivity gained HPU (pytorch#148182)
 PROFILER_HAS_HPU_ACTIVITY = TorchRelease(2, 7)
+# 2.7: torch.accelerator.current_accelerator() names the accelerator torch was built for, or None (pytorch#144368,
+# pytorch#146443); before, the one with a device available, and it raises where there is none
+ACCELERATOR_IS_THE_BUILDS = TorchRelease(2, 7)
 # 2.7: init_process_group(device_id=...) binds a group to any accelerator's device; before, to a CUDA device only
 # (pytorch#143735)
 GROUPS_BIND_TO_ANY_ACCELERATOR = TorchRelease(2, 7)
