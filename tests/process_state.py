@@ -33,6 +33,9 @@ ALLOWED_ENVIRONMENT_CHANGES = {
     # when unset, Lightning's launchers give the launching process its share of the cores, with torch's thread count
     # to match (forgiven below), for the rest of the process; a pytest-xdist worker has it set already (conftest.py)
     "OMP_NUM_THREADS": "Lightning's launchers, the launching process's share of the cores",
+    # torch records where inductor keeps its caches once one is needed; torch 2.6 does on the first torch.compile,
+    # whatever the backend (its compiler bisector asks on import)
+    "TORCHINDUCTOR_CACHE_DIR": "torch, inductor's cache directory for the rest of the process",
 }
 
 # pytest's own record of the running test and phase, which it sets and removes itself: neither compared nor put back
