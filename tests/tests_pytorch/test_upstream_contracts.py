@@ -379,6 +379,27 @@ PRIVATE_NAMES = [
     ("torch", "torch._C", "_get_privateuse1_backend_name", "virtual_hpu/__init__.py", "PrivateUse1 free or ours"),
     (
         "torch",
+        "torch.autograd",
+        "_supported_activities",
+        "virtual_hpu/__init__.py",
+        "ProfilerActivity.HPU on a PrivateUse1 hpu",
+    ),
+    (
+        "torch",
+        "torch.autograd.profiler",
+        "_supported_activities",
+        "virtual_hpu/__init__.py",
+        "ProfilerActivity.HPU on a PrivateUse1 hpu",
+    ),
+    (
+        "torch",
+        "torch.profiler",
+        "_supported_activities",
+        "virtual_hpu/__init__.py",
+        "ProfilerActivity.HPU on a PrivateUse1 hpu",
+    ),
+    (
+        "torch",
         "torch.utils._foreach_utils",
         "_get_foreach_kernels_supported_devices",
         "virtual_hpu/__init__.py",
