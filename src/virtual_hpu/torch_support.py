@@ -42,6 +42,9 @@ GLOO_REDUCE_SCATTERS_LISTS = TorchRelease(2, 8)
 # 2.9: the device string "hpu" names torch's PrivateUse1 backend once that is renamed "hpu" (pytorch#157609); before,
 # it always names the HPU device type, so the virtual Gaudi can be PrivateUse1 only from 2.9 on
 PRIVATEUSE1_TAKES_BUILTIN_NAMES = TorchRelease(2, 9)
+# 2.9: DTensor's random ops select hpu's counter-based generator (set_rng_ctx("philox")) around the states they read
+# and write (pytorch#156581); before, they read hpu's default generator's state as a philox one and fail
+DTENSOR_RANDOM_SELECTS_HPU_PHILOX = TorchRelease(2, 9)
 # 2.11: autocast no longer hands a weight it cast under no_grad or inference_mode, without autograd history, to the
 # training after it in the same region (pytorch#165068; 2.9 has the bug, 2.10 is untested)
 AUTOCAST_CACHE_KEEPS_GRAD_HISTORY = TorchRelease(2, 11)
@@ -79,6 +82,14 @@ def gloo_options_name_their_group(options: object) -> bool:
     """Whether gloo's backend ``options`` carry their group's name and global ranks, which ``split_group`` reads: from
     the release that splits groups of backends other than NCCL (2.8, pytorch#152175); 2.6 has neither."""
     return hasattr(options, "group_name") and hasattr(options, "global_ranks_in_group")
+
+
+def fsdp2_sums_on_request() -> bool:
+    """Whether FSDP2 reduces gradients with SUM when told (``set_force_sum_reduction_for_comms``, pytorch#155915: in
+    2.9, not in 2.6; 2.7 and 2.8 untested). HCCL has no AVG, which FSDP2 takes otherwise for fp32 and bf16 gradients."""
+    from torch.distributed.fsdp import FSDPModule
+
+    return hasattr(FSDPModule, "set_force_sum_reduction_for_comms")
 
 
 def function_result(result: "torch.Tensor", dtype: "torch.dtype") -> "torch.Tensor":
