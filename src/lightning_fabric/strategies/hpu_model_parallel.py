@@ -12,6 +12,7 @@ from pytorch_lightning.strategies._hpu import (
     _HPUParallelDevicesMixin,
     _HPUStrategyMixin,
     hccl_process_group,
+    sum_fsdp2_gradients,
 )
 
 # upstream's Fabric refuses the other precisions for this strategy; it cannot see ours, which arrive as plugins
@@ -85,10 +86,6 @@ class HPUModelParallelStrategy(_HPUStrategyMixin, _HPUParallelDevicesMixin, Mode
 
     @override
     def setup_module(self, module: Module) -> Module:
-        from torch.distributed.fsdp import FSDPModule
-
         module = super().setup_module(module)
-        for submodule in module.modules():
-            if isinstance(submodule, FSDPModule):
-                submodule.set_force_sum_reduction_for_comms(True)
+        sum_fsdp2_gradients(module, "ModelParallelStrategy")
         return module

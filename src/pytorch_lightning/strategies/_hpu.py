@@ -274,6 +274,24 @@ def hccl_reduce(
     return result.to(original_dtype)
 
 
+def sum_fsdp2_gradients(module: torch.nn.Module, owner: str) -> None:
+    """Have every FSDP2 unit in ``module`` reduce gradients with sums and divide after: HCCL has no average, which
+    FSDP2 takes otherwise for fp32 and bf16 gradients. Called once the model is set up, before its first step."""
+    from torch.distributed.fsdp import FSDPModule
+
+    units = [submodule for submodule in module.modules() if isinstance(submodule, FSDPModule)]
+    if units and not hasattr(FSDPModule, "set_force_sum_reduction_for_comms"):
+        # the method came with pytorch#155915: in torch 2.9 (Gaudi software 1.23), not in 2.7.1 (1.22) or 2.6 (1.21)
+        raise RuntimeError(
+            f"`{owner}` shards the model with FSDP2 (`fully_shard`), which on HPUs requires PyTorch 2.9 or higher:"
+            " HCCL cannot average, and only from 2.9 can FSDP2 be told to sum gradients instead. This is torch"
+            f" {torch.__version__}. Use Gaudi software 1.23 or newer (torch 2.9+), or on this torch tensor parallelism"
+            " without `fully_shard`, or FSDP1 (`strategy='fsdp'`)."
+        )
+    for unit in units:
+        unit.set_force_sum_reduction_for_comms(True)
+
+
 def _indexed_hpu_devices(devices: Sequence[Union[torch.device, str, int]], owner: str) -> list[torch.device]:
     """``devices`` as HPU devices with indices: a device without one is the HPU at its position in the list."""
     indexed = [torch.device("hpu", device) if isinstance(device, int) else torch.device(device) for device in devices]

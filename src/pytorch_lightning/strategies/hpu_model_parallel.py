@@ -12,6 +12,7 @@ from pytorch_lightning.strategies._hpu import (
     _HPUParallelDevicesMixin,
     _HPUTrainerStrategyMixin,
     hccl_process_group,
+    sum_fsdp2_gradients,
 )
 
 
@@ -60,11 +61,7 @@ class HPUModelParallelStrategy(_HPUTrainerStrategyMixin, _HPUParallelDevicesMixi
     @override
     def setup(self, trainer: Any) -> None:
         super().setup(trainer)
-        from torch.distributed.fsdp import FSDPModule
-
-        for module in self.model.modules():  # type: ignore[union-attr]
-            if isinstance(module, FSDPModule):
-                module.set_force_sum_reduction_for_comms(True)
+        sum_fsdp2_gradients(self.model, "ModelParallelStrategy")  # type: ignore[arg-type]
 
     @classmethod
     @override
