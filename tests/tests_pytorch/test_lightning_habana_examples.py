@@ -274,7 +274,8 @@ def test_language_model_on_two_hpus(tmp_path, strategy):
     _succeeded(result)
     assert "Peak memory allocated with the" in result.stdout + result.stderr
     ranks = sorted(_reports(result), key=lambda r: r["rank"])
-    assert [(r["rank"], r["train_device"], r["world_size"]) for r in ranks] == [(0, "hpu:0", 2), (1, "hpu:1", 2)]
+    seen = [(r["rank"], r["train_device"], r["world_size"]) for r in ranks]
+    assert seen == [(0, "hpu:0", 2), (1, "hpu:1", 2)], result.stderr[-6000:]
     # the example's Adam(lr=0.1) makes the demo Transformer's loss jump after the first step (on the CPU too): no
     # learning to check; what the strategy and the precision did is
     for report in ranks:
