@@ -7,8 +7,9 @@ Upstream's ``lightning.Trainer`` and ``lightning.Fabric`` resolve their flags wi
 MPS, CUDA and CPU only, with no extension point for another device. Each has an HPU subclass that resolves the HPU flags
 into the instances upstream accepts, then lets upstream's connector run:
 :class:`_lightning_hpu.accelerator_connector.HPUAcceleratorConnector` (:mod:`pytorch_lightning.trainer.hpu_flags`) and
-:class:`_lightning_hpu.connector.HPUConnector` (:mod:`lightning_fabric.hpu_flags`). Our ``pytorch_lightning.Trainer``
-is upstream's Trainer, so it resolves its flags through the same connector.
+:class:`_lightning_hpu.connector.HPUConnector` (:mod:`lightning_fabric.hpu_flags`), each giving its classes to the one
+resolver, :class:`_lightning_hpu.flags.HPUFlags`. Our ``pytorch_lightning.Trainer`` is upstream's Trainer, so it
+resolves its flags through the same connector.
 
 How they get there: this distribution registers :func:`autoload` in the ``torch.backends`` entry-point group, PyTorch's
 device-backend autoload, which Intel's Gaudi bridge uses to load itself. PyTorch calls it at the end of

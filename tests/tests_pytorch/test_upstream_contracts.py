@@ -276,7 +276,7 @@ PRIVATE_NAMES = [
         "lightning",
         "lightning.fabric.connector",
         "_convert_precision_to_unified_args",
-        "strategies/_hpu_choice.py",
+        "_lightning_hpu/precision_choice.py",
         "a precision flag compared with the strategy's plugin",
     ),
     ("lightning", "lightning.pytorch.profilers.pytorch", "_KINETO_AVAILABLE", "profilers/hpu.py", "trace support"),

@@ -1,12 +1,12 @@
 """Turn the Trainer's HPU flags into objects upstream's accelerator connector accepts.
 
 Upstream Lightning 2.6 refuses ``accelerator="hpu"``, never picks HPU for ``"auto"`` and maps mixed precision to CUDA.
-It does accept instances: an accelerator, a registered strategy name or instance, and a ``Precision`` in ``plugins``.
-This is the one place where HPU flags become those objects, and where HPU misconfigurations fail, before any work.
+The shared resolver (:class:`_lightning_hpu.flags.HPUFlags`) turns them into the instances upstream accepts; here are
+the Trainer's classes it maps to, and the checks of a multi-node run only the Trainer makes.
 """
 
 import os
-from typing import Any, Optional, Union
+from typing import Any, Union
 
 from lightning.fabric.plugins.environments import (
     ClusterEnvironment,
@@ -20,78 +20,26 @@ from lightning.pytorch.plugins.precision import DeepSpeedPrecision, FSDPPrecisio
 from lightning.pytorch.strategies import Strategy, StrategyRegistry
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
+from _lightning_hpu.flags import HPUFlags
+from _lightning_hpu.precision_choice import PrecisionChoice, PrecisionFamily
+from _lightning_hpu.strategy_choice import StrategyChoice, counterparts
 from pytorch_lightning.accelerators.hpu import HPUAccelerator
 from pytorch_lightning.plugins.precision.hpu import HPUPrecisionPlugin
 from pytorch_lightning.plugins.precision.hpu_deepspeed import HPUDeepSpeedPrecisionPlugin
 from pytorch_lightning.plugins.precision.hpu_fsdp import HPUFSDPPrecision
 from pytorch_lightning.profilers.hpu import HPUProfiler
 from pytorch_lightning.strategies._hpu import _HPUTrainerStrategyMixin
-from pytorch_lightning.strategies._hpu_choice import (
-    StrategyChoice,
-    as_list,
-    counterparts,
-    first_devices,
-    refuse_another_precision_flag,
-)
 from pytorch_lightning.strategies.hpu_deepspeed import HPUDeepSpeedStrategy, hpu_name_of
 from pytorch_lightning.strategies.hpu_fsdp import HPUFSDPStrategy
 from pytorch_lightning.strategies.hpu_model_parallel import HPUModelParallelStrategy
 from pytorch_lightning.strategies.hpu_parallel import HPUParallelStrategy
 from pytorch_lightning.strategies.single_hpu import SingleHPUStrategy
 
-# the HPU strategy rules, with the Trainer's registry and classes
-_CHOICE = StrategyChoice(
-    owner="Trainer",
-    registry=StrategyRegistry,
-    strategy_base=Strategy,
-    hpu_base=_HPUTrainerStrategyMixin,
-    single=SingleHPUStrategy.strategy_name,
-    parallel=HPUParallelStrategy.strategy_name,
-    error=MisconfigurationException,
-    counterparts=counterparts(
-        SingleHPUStrategy, HPUParallelStrategy, HPUDeepSpeedStrategy, HPUFSDPStrategy, HPUModelParallelStrategy
-    ),
-)
-
 
 def resolve_hpu_flags(flags: dict[str, Any]) -> dict[str, Any]:
     """Return the connector's arguments (``accelerator``, ``strategy``, ``devices``, ``num_nodes``, ``precision``,
     ``plugins``) with HPU flags resolved; arguments that do not involve HPU come back unchanged."""
-    accelerator, strategy = _lower(flags["accelerator"]), _lower(flags["strategy"])
-    if not _CHOICE.uses_hpu(accelerator, strategy):
-        return flags
-    # a script moved from CUDA keeps its data-parallel and DeepSpeed strategy names and instances
-    if isinstance(strategy, str):
-        strategy = hpu_name_of(strategy) or _CHOICE.by_name(strategy)
-    else:
-        strategy = _CHOICE.convert(strategy)
-
-    if not HPUAccelerator.is_available():
-        raise MisconfigurationException(
-            "`Trainer(accelerator='hpu')` was requested but no Intel Gaudi is available: the `habana_frameworks`"
-            " package is not installed or sees no device. Install the Intel Gaudi software stack, or set"
-            " `VIRTUAL_HPU=1` to train on the virtual Gaudi."
-        )
-    num_nodes = flags["num_nodes"]
-    devices = _CHOICE.devices(strategy, first_devices(flags["devices"], "Trainer", MisconfigurationException))
-    plugins = as_list(flags["plugins"])
-    hpu_strategy = _CHOICE.choose(strategy, devices, num_nodes, chosen_by_auto=accelerator == "auto")
-    # upstream reports a `num_nodes` that is not a positive int
-    if isinstance(num_nodes, int) and num_nodes > 0 and not _cluster_is_managed(strategy, plugins):
-        _validate_world_size(num_nodes, devices)
-        _validate_rendezvous(num_nodes)
-    family = _precision_family(hpu_strategy)
-    return {
-        **flags,
-        "accelerator": _CHOICE.accelerator(accelerator, hpu_strategy),
-        "devices": devices,
-        "strategy": hpu_strategy,
-        **_hpu_precision(flags["precision"], plugins, family, _strategy_precision(hpu_strategy, family)),
-    }
-
-
-def _lower(flag: Any) -> Any:
-    return flag.lower() if isinstance(flag, str) else flag
+    return _FLAGS.resolve(flags)
 
 
 def resolve_profiler(profiler: Any) -> Any:
@@ -101,14 +49,12 @@ def resolve_profiler(profiler: Any) -> Any:
     return profiler
 
 
-def _strategy_precision(strategy: Union[str, Strategy], family: type[Precision]) -> Optional[Precision]:
-    """The precision plugin a strategy instance carries (``SingleHPUStrategy(precision_plugin=...)``), made the HPU
-    plugin of its family in place, as upstream's connector later sets its own on the strategy."""
-    plugin = getattr(strategy, "_precision_plugin", None)
-    if plugin is None:
-        return None
-    strategy.precision_plugin = _as_hpu_plugin(plugin, family)  # type: ignore[union-attr]
-    return strategy.precision_plugin  # type: ignore[union-attr]
+def _check_nodes(num_nodes: Any, devices: int, strategy: Union[str, Strategy], plugins: list[Any]) -> None:
+    """Before any process starts: the ``WORLD_SIZE`` and the rendezvous of a run that no cluster environment manages.
+    A ``num_nodes`` that is not a positive int is left to upstream, which reports it."""
+    if isinstance(num_nodes, int) and num_nodes > 0 and not _cluster_is_managed(strategy, plugins):
+        _validate_world_size(num_nodes, devices)
+        _validate_rendezvous(num_nodes)
 
 
 def _cluster_is_managed(strategy: Union[str, Strategy], plugins: list[Any]) -> bool:
@@ -160,61 +106,35 @@ def _validate_rendezvous(num_nodes: int) -> None:
         )
 
 
-def _hpu_precision(
-    precision: Optional[Union[str, int]], plugins: list[Any], family: type[Precision], on_strategy: Optional[Precision]
-) -> dict[str, Any]:
-    """The HPU precision plugin of the strategy's family (DeepSpeed's leaves backward and the step to its engine,
-    FSDP's sets the dtypes of the shards), unless the strategy carries one (``on_strategy``)."""
-    precision_plugins = [plugin for plugin in plugins if isinstance(plugin, Precision)]
-    if on_strategy is not None:
-        # upstream reports a plugin given both ways; a flag would be ignored
-        refuse_another_precision_flag(precision, on_strategy, "Trainer", MisconfigurationException)
-        return {"precision": None, "plugins": plugins}
-    if not precision_plugins:
-        plugin = family("32-true" if precision is None else precision)  # type: ignore[call-arg]
-        return {"precision": None, "plugins": [*plugins, plugin]}
-    # upstream reports a precision flag given together with a precision plugin
-    given = precision_plugins[0]
-    ours = _as_hpu_plugin(given, family)
-    return {"precision": precision, "plugins": [ours if plugin is given else plugin for plugin in plugins]}
-
-
-# the precision plugins of the strategies whose own plugins are not the general HPU ones
-_SPECIAL_FAMILIES = (HPUDeepSpeedPrecisionPlugin, HPUFSDPPrecision)
-# upstream's plugins that ours replace, as the examples of earlier releases and CUDA scripts pass them
-_UPSTREAM_EQUIVALENTS = {HPUDeepSpeedPrecisionPlugin: DeepSpeedPrecision, HPUFSDPPrecision: FSDPPrecision}
-
-
-def _precision_family(strategy: Union[str, Strategy]) -> type[Precision]:
-    strategy_class = StrategyRegistry[strategy]["strategy"] if isinstance(strategy, str) else type(strategy)
-    if issubclass(strategy_class, HPUDeepSpeedStrategy):
-        return HPUDeepSpeedPrecisionPlugin
-    if issubclass(strategy_class, HPUFSDPStrategy):
-        return HPUFSDPPrecision
-    return HPUPrecisionPlugin
-
-
-def _as_hpu_plugin(plugin: Precision, family: type[Precision]) -> Precision:
-    """The HPU plugin for a precision plugin passed in ``plugins``; upstream's own ones where they mean the same."""
-    if type(plugin) is _UPSTREAM_EQUIVALENTS.get(family):
-        return family(plugin.precision)  # type: ignore[call-arg]
-    if (
-        family is HPUPrecisionPlugin
-        and type(plugin) in (MixedPrecision, MixedPrecisionPlugin)
-        and plugin.device == "hpu"
-    ):
-        # lightning-habana accepted upstream's autocast plugin for the HPU (also by its 1.x name, as Intel's reference
-        # models pass it); ours autocasts the same way and adds Gaudi's rules (op lists, fp16 only from Gaudi2 on)
-        return HPUPrecisionPlugin(plugin.precision)
-    if type(plugin) is Precision:
-        # the same fp32, with what every HPU plugin does at the end of a run
-        return family()
-    special = isinstance(plugin, _SPECIAL_FAMILIES)
-    if isinstance(plugin, family) and (family in _SPECIAL_FAMILIES or not special):
-        return plugin
-    strategies = {HPUDeepSpeedPrecisionPlugin: " with DeepSpeed", HPUFSDPPrecision: " with FSDP"}
-    raise MisconfigurationException(
-        f"`plugins=[{type(plugin).__name__}(...)]` does not run on HPU{strategies.get(family, '')}"
-        + (" without its strategy" if special and family is HPUPrecisionPlugin else "")
-        + f". Pass `{family.__name__}(precision=...)` instead, or use the `precision` flag."
-    )
+_FLAGS = HPUFlags(
+    strategies=StrategyChoice(
+        owner="Trainer",
+        accelerator_class=HPUAccelerator,
+        registry=StrategyRegistry,
+        strategy_base=Strategy,
+        hpu_base=_HPUTrainerStrategyMixin,
+        single=SingleHPUStrategy.strategy_name,
+        parallel=HPUParallelStrategy.strategy_name,
+        error=MisconfigurationException,
+        counterparts=counterparts(
+            SingleHPUStrategy, HPUParallelStrategy, HPUDeepSpeedStrategy, HPUFSDPStrategy, HPUModelParallelStrategy
+        ),
+        preset_name=hpu_name_of,
+    ),
+    precisions=PrecisionChoice(
+        owner="Trainer",
+        error=MisconfigurationException,
+        general=HPUPrecisionPlugin,
+        hpu_base=HPUPrecisionPlugin,
+        upstream_base=Precision,
+        autocast=(MixedPrecision, MixedPrecisionPlugin),
+        strategy_attribute="precision_plugin",
+        families=(
+            PrecisionFamily(HPUDeepSpeedStrategy, HPUDeepSpeedPrecisionPlugin, DeepSpeedPrecision, "DeepSpeed"),
+            PrecisionFamily(HPUFSDPStrategy, HPUFSDPPrecision, FSDPPrecision, "FSDP"),
+        ),
+    ),
+    unavailable=MisconfigurationException,
+    work="train",
+    check_nodes=_check_nodes,
+)

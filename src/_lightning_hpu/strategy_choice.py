@@ -2,14 +2,12 @@
 
 Each of them has its own registry, strategy classes and error type; :class:`StrategyChoice` holds those and applies
 the same rules: when the flags involve an HPU, which strategy ``"auto"`` means, which HPU strategy an upstream
-strategy instance becomes, and which combinations are refused before any work.
+strategy name or instance becomes, and which combinations are refused before any work.
 """
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Union
-
-from pytorch_lightning.accelerators.hpu import HPUAccelerator
+from typing import Any, Optional, Union
 
 # upstream's names of data-parallel strategies -> the HPU strategy that does the same over HCCL
 CUDA_NAMES = {
@@ -27,15 +25,18 @@ class StrategyChoice:
 
     Args:
         owner: the class users build, for messages.
+        accelerator_class: the HPU accelerator class.
         registry: its strategy registry.
         strategy_base: the base class of its strategies.
         hpu_base: the class every HPU strategy of it derives from.
         single, parallel: the names of its one-device and data-parallel HPU strategies.
         error: the exception it raises for a misconfiguration.
         counterparts: upstream strategy class -> the HPU strategy class derived from it (see :func:`counterparts`).
+        preset_name: the HPU strategy name for one of upstream's preset names (DeepSpeed's), or ``None``.
     """
 
     owner: str
+    accelerator_class: type[Any]
     registry: Any
     strategy_base: type
     hpu_base: type
@@ -43,6 +44,7 @@ class StrategyChoice:
     parallel: str
     error: type[Exception]
     counterparts: Mapping[type, type]
+    preset_name: Callable[[str], Optional[str]]
 
     def convert(self, strategy: Any) -> Any:
         """An instance of an upstream strategy with an HPU counterpart (``DDPStrategy(find_unused_parameters=True)``,
@@ -53,8 +55,12 @@ class StrategyChoice:
 
     def by_name(self, name: str) -> Any:
         """The HPU strategy for one of upstream's names of a strategy with an HPU counterpart: ``"ddp"`` is
-        ``"hpu_parallel"``, ``"ddp_find_unused_parameters_true"`` that strategy with the option set. Other names are
-        returned as they are; names that fork the processes are refused, as HPU processes are started fresh."""
+        ``"hpu_parallel"``, ``"ddp_find_unused_parameters_true"`` that strategy with the option set,
+        ``"deepspeed_stage_2"`` is ``"hpu_deepspeed_stage_2"``. Other names are returned as they are; names that fork
+        the processes are refused, as HPU processes are started fresh."""
+        preset = self.preset_name(name)
+        if preset is not None:
+            return preset
         if name in CUDA_NAMES or name not in self.registry:
             return CUDA_NAMES.get(name, name)
         entry = self.registry[name]
@@ -71,7 +77,7 @@ class StrategyChoice:
 
     def uses_hpu(self, accelerator: Any, strategy: Any) -> bool:
         """Whether these flags involve an HPU; an HPU strategy with another accelerator is refused."""
-        if isinstance(accelerator, HPUAccelerator) or accelerator == "hpu":
+        if isinstance(accelerator, self.accelerator_class) or accelerator == "hpu":
             return True
         if self.is_hpu_strategy(strategy):
             if accelerator != "auto":
@@ -83,7 +89,7 @@ class StrategyChoice:
             return True
         # "auto" prefers a Gaudi, unless a strategy instance already carries another accelerator
         strategy_accelerator = strategy.accelerator if isinstance(strategy, self.strategy_base) else None
-        return accelerator == "auto" and strategy_accelerator is None and HPUAccelerator.is_available()
+        return accelerator == "auto" and strategy_accelerator is None and self.accelerator_class.is_available()
 
     def is_hpu_strategy(self, strategy: Any) -> bool:
         if isinstance(strategy, self.strategy_base):
@@ -91,6 +97,10 @@ class StrategyChoice:
         if strategy in self.registry:
             return issubclass(self.registry[strategy]["strategy"], self.hpu_base)
         return isinstance(strategy, str) and strategy.startswith("hpu")
+
+    def strategy_class(self, strategy: Any) -> type:
+        """The class of a strategy instance, or the one registered under a strategy name."""
+        return self.registry[strategy]["strategy"] if isinstance(strategy, str) else type(strategy)
 
     def is_single(self, strategy: Any) -> bool:
         strategy_class = self.registry[self.single]["strategy"]
@@ -101,7 +111,7 @@ class StrategyChoice:
         count is left to us (one for the single-device strategy, its ``parallel_devices`` if it carries them)."""
         own = getattr(strategy, "parallel_devices", None) if isinstance(strategy, self.strategy_base) else None
         if own:
-            if devices != "auto" and HPUAccelerator.parse_devices(devices) != len(own):
+            if devices != "auto" and self.accelerator_class.parse_devices(devices) != len(own):
                 raise self.error(
                     f"`{self.owner}(devices={devices!r})` asks for another number of HPUs than the"
                     f" {len(own)} `parallel_devices` of `strategy={describe(strategy)}`. Pass one of them only."
@@ -109,13 +119,13 @@ class StrategyChoice:
             return len(own)
         if self.is_single(strategy) and devices == "auto":
             return 1
-        return HPUAccelerator.parse_devices(devices)
+        return self.accelerator_class.parse_devices(devices)
 
     def accelerator(self, accelerator: Any, strategy: Any) -> Any:
         """The accelerator flag for upstream's connector: ``"auto"`` when the strategy instance carries the HPU
         accelerator (upstream takes it from there and refuses it given twice), else an ``HPUAccelerator``."""
         carried = vars(strategy).get("_accelerator") if isinstance(strategy, self.strategy_base) else None
-        if isinstance(carried, HPUAccelerator):
+        if isinstance(carried, self.accelerator_class):
             return "auto"
         if carried is not None:
             raise self.error(
@@ -123,7 +133,7 @@ class StrategyChoice:
                 f" carries `{type(carried).__name__}`, which does not drive HPUs. Give the strategy no accelerator,"
                 " or `HPUAccelerator()`."
             )
-        return accelerator if isinstance(accelerator, HPUAccelerator) else HPUAccelerator()
+        return accelerator if isinstance(accelerator, self.accelerator_class) else self.accelerator_class()
 
     def choose(self, strategy: Any, devices: int, num_nodes: int, chosen_by_auto: bool) -> Union[str, Any]:
         """The HPU strategy for ``strategy`` (a name or an instance; ``"auto"`` picks by the number of processes)."""
@@ -149,55 +159,6 @@ class StrategyChoice:
 def counterparts(*hpu_classes: type) -> dict[type, type]:
     """Upstream strategy class -> the HPU strategy class derived from it: its last base, the mixins come first."""
     return {hpu_class.__bases__[-1]: hpu_class for hpu_class in hpu_classes}
-
-
-def first_devices(devices: Any, owner: str, error: type[Exception]) -> Any:
-    """``devices=[0, 1, ..., n-1]``, what CUDA scripts write for "the first n devices", as the count ``n``.
-
-    A process owns a whole Gaudi card, picked by its local rank, so other lists cannot be honoured and are refused.
-    The string form (``"0,1"``) counts as a list.
-    """
-    indices = devices.split(",") if isinstance(devices, str) and "," in devices else None
-    if indices is not None and all(index.strip().isdigit() for index in indices):
-        devices = [int(index) for index in indices]
-    if not isinstance(devices, (list, tuple)):
-        return devices
-    if list(devices) == list(range(len(devices))) and devices:
-        from lightning.fabric.utilities.rank_zero import rank_zero_info
-
-        rank_zero_info(f"`{owner}(devices={list(devices)})` on HPUs: using the first {len(devices)} HPUs.")
-        return len(devices)
-    raise error(
-        f"`{owner}(accelerator='hpu', devices={list(devices)})` cannot be honoured: each process uses the HPU of its"
-        f" local rank, so only the first n HPUs can be chosen. Pass `devices={len(devices) or 1}` (the first"
-        f" {len(devices) or 1}), or choose the cards with `HABANA_VISIBLE_MODULES`."
-    )
-
-
-def refuse_another_precision_flag(precision: Any, plugin: Any, owner: str, error: type[Exception]) -> None:
-    """A precision flag next to the strategy's own precision plugin must say the same; upstream would ignore it."""
-    from lightning.fabric.connector import _convert_precision_to_unified_args
-
-    if precision is None:
-        return
-    try:
-        unified = _convert_precision_to_unified_args(precision)
-    except ValueError:  # Gaudi's own flags ("fp8")
-        unified = str(precision)
-    if unified == plugin.precision:
-        return
-    raise error(
-        f"`{owner}(precision={precision!r})` conflicts with the strategy's `{type(plugin).__name__}` in"
-        f" {plugin.precision!r}. Set the precision in one place only."
-    )
-
-
-def as_list(plugins: Any) -> list[Any]:
-    if plugins is None:
-        return []
-    if isinstance(plugins, Iterable) and not isinstance(plugins, (str, dict)):
-        return list(plugins)
-    return [plugins]
 
 
 def describe(flag: Any) -> str:
