@@ -21,9 +21,11 @@ module that builds the connector (the Trainer's, Fabric's) if that has already b
 once and nothing changes. ``TORCH_DEVICE_BACKEND_AUTOLOAD=0`` turns it off with every other backend's autoload;
 importing ``pytorch_lightning`` or ``lightning_fabric`` then does the same (:func:`install`).
 
-This rebinding of two upstream names is the only place the project changes what an upstream module refers to; a
-contract test pins what it relies on (``tests/tests_pytorch/test_upstream_contracts.py``). This module imports only
-the standard library: it runs inside ``import torch``, before ``lightning`` is imported.
+These rebindings head the product's table of the names of torch and upstream it changes
+(:mod:`_lightning_hpu.foreign_names`: target, replacement, when, why, off switch; the virtual Gaudi keeps its own,
+:mod:`virtual_hpu.foreign_names`). A contract test (``tests/tests_pytorch/test_upstream_contracts.py``) pins what they
+rely on, and fails when code changes a name of torch or upstream that no table lists. This module imports only the
+standard library: it runs inside ``import torch``, before ``lightning`` is imported.
 """
 
 import importlib
