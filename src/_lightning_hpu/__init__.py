@@ -9,7 +9,10 @@ into the instances upstream accepts, then lets upstream's connector run:
 :class:`_lightning_hpu.accelerator_connector.HPUAcceleratorConnector` (:mod:`pytorch_lightning.trainer.hpu_flags`) and
 :class:`_lightning_hpu.connector.HPUConnector` (:mod:`lightning_fabric.hpu_flags`), each giving its classes to the one
 resolver, :class:`_lightning_hpu.flags.HPUFlags`. Our ``pytorch_lightning.Trainer`` is upstream's Trainer, so it
-resolves its flags through the same connector.
+resolves its flags through the same connector. The Trainer's callback connector
+(``lightning.pytorch.trainer.connectors.callback_connector._CallbackConnector``) has an HPU subclass too,
+:class:`_lightning_hpu.callback_connector.HPUCallbackConnector`: upstream logs a line for its own devices only and picks
+its default progress bar for them, so through it every Trainer on HPUs logs the HPU line and gets the HPU progress bar.
 
 How they get there: this distribution registers :func:`autoload` in the ``torch.backends`` entry-point group, PyTorch's
 device-backend autoload, which Intel's Gaudi bridge uses to load itself. PyTorch calls it at the end of
@@ -39,23 +42,44 @@ from typing import NamedTuple, Optional, Sequence
 
 
 class _Rebinding(NamedTuple):
-    """Upstream's connector ``name`` in ``module``, built by ``user``, and our subclass ``hpu`` (``module:class``)."""
+    """Upstream's connector ``name`` in ``module``, built by ``user``, our subclass ``hpu`` (``module:class``), and
+    ``why`` upstream's will not do."""
 
     module: str
     name: str
     user: str
     hpu: str
+    why: str
+
+
+_FLAGS = (
+    "upstream resolves `accelerator='auto'`, strategy names and precision flags for CUDA, MPS, TPU and the CPU only,"
+    " with no extension point for another device"
+)
 
 
 _REBINDINGS = (
     _Rebinding(
-        "lightning.fabric.connector", "_Connector", "lightning.fabric.fabric", "_lightning_hpu.connector:HPUConnector"
+        "lightning.fabric.connector",
+        "_Connector",
+        "lightning.fabric.fabric",
+        "_lightning_hpu.connector:HPUConnector",
+        _FLAGS,
     ),
     _Rebinding(
         "lightning.pytorch.trainer.connectors.accelerator_connector",
         "_AcceleratorConnector",
         "lightning.pytorch.trainer.trainer",
         "_lightning_hpu.accelerator_connector:HPUAcceleratorConnector",
+        _FLAGS,
+    ),
+    _Rebinding(
+        "lightning.pytorch.trainer.connectors.callback_connector",
+        "_CallbackConnector",
+        "lightning.pytorch.trainer.trainer",
+        "_lightning_hpu.callback_connector:HPUCallbackConnector",
+        "upstream logs a line for its own devices only and picks its default progress bar for them: without it"
+        " `lightning.Trainer` would not say it uses HPUs, and its bar would wait for the HPU after every step",
     ),
 )
 

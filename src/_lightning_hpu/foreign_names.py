@@ -18,14 +18,13 @@ FOREIGN_NAMES = (
     *(
         ForeignName(
             f"{module}.{rebinding.name}",
-            f"`{rebinding.hpu.replace(':', '.')}`, its subclass that resolves HPU flags first",
+            f"`{rebinding.hpu.replace(':', '.')}`, its HPU subclass",
             _APPLY_CONNECTOR,
             "when a Gaudi is present (Intel's `habana_frameworks` installed, or VIRTUAL_HPU=1): at `import torch`"
             " (PyTorch's device-backend autoload) or at `import pytorch_lightning` / `import lightning_fabric`, as"
             f" soon as `{rebinding.module}` has run; for the process",
-            "upstream resolves `accelerator='auto'`, strategy names and precision flags for CUDA, MPS, TPU and the"
-            " CPU only, with no extension point for another device; this makes `lightning.Trainer` and"
-            " `lightning.Fabric`, which scripts and libraries already use, resolve HPU flags",
+            f"{rebinding.why}; the subclass reaches `lightning.Trainer` and `lightning.Fabric`, which scripts and"
+            " libraries already use",
             "TORCH_DEVICE_BACKEND_AUTOLOAD=0 and importing neither `pytorch_lightning` nor `lightning_fabric`; or no"
             " Gaudi (VIRTUAL_HPU unset, no `habana_frameworks`)",
         )

@@ -97,9 +97,8 @@ def test_fabric_builds_the_connector_named_in_its_module():
 def test_trainer_builds_the_connector_named_in_its_module():
     """``_lightning_hpu``: every Trainer (``lightning.Trainer``, ours) resolves HPU flags because its module's name
     ``_AcceleratorConnector`` is made to refer to ``HPUAcceleratorConnector``, a subclass of upstream's connector taking
-    the same arguments; upstream's default progress bars are the ones our Trainer replaces on HPUs."""
+    the same arguments."""
     import lightning.pytorch.trainer.trainer as trainer_module
-    from lightning.pytorch.trainer.connectors.callback_connector import _CallbackConnector
 
     from _lightning_hpu.accelerator_connector import HPUAcceleratorConnector
 
@@ -111,9 +110,40 @@ def test_trainer_builds_the_connector_named_in_its_module():
         "_AcceleratorConnector",
     ), message
     assert inspect.signature(HPUAcceleratorConnector.__init__) == inspect.signature(upstream.__init__), message
-    assert _called_in(_CallbackConnector._configure_progress_bar, "RichProgressBar() if _RICH_AVAILABLE else TQDM"), (
-        "upstream's default progress bar changed: re-check _HPU_PROGRESS_BARS in trainer/trainer.py"
+
+
+def test_trainer_builds_the_callback_connector_named_in_its_module():
+    """``_lightning_hpu/callback_connector.py``: every Trainer logs the HPU line and gets the HPU progress bar because
+    its module's name ``_CallbackConnector`` is made to refer to ``HPUCallbackConnector``, a subclass of upstream's
+    whose ``on_trainer_init`` (the same arguments) runs once the accelerator is chosen and configures the default
+    progress bar in ``_configure_progress_bar``."""
+    import lightning.pytorch.trainer.trainer as trainer_module
+
+    from _lightning_hpu.callback_connector import HPUCallbackConnector
+
+    message = (
+        "the Trainer no longer builds its callback connector as it did: re-check _lightning_hpu/callback_connector.py"
     )
+    upstream = HPUCallbackConnector.__base__
+    assert (upstream.__module__, upstream.__name__) == (
+        "lightning.pytorch.trainer.connectors.callback_connector",
+        "_CallbackConnector",
+    ), message
+    source = inspect.getsource(trainer_module.Trainer.__init__)
+    order = [
+        "self._accelerator_connector = _AcceleratorConnector(",
+        "self._callback_connector = _CallbackConnector(self)",
+        "self._callback_connector.on_trainer_init(",
+        "setup._log_device_info(self)",
+    ]
+    assert all(call in source for call in order), message
+    assert [source.index(call) for call in order] == sorted(source.index(call) for call in order), message
+    assert inspect.signature(HPUCallbackConnector.on_trainer_init) == inspect.signature(upstream.on_trainer_init)
+    assert _called_in(upstream.on_trainer_init, "self._configure_progress_bar(enable_progress_bar)"), message
+    assert list(inspect.signature(upstream._configure_progress_bar).parameters) == ["self", "enable_progress_bar"]
+    assert _called_in(
+        upstream._configure_progress_bar, "RichProgressBar() if _RICH_AVAILABLE else TQDMProgressBar()"
+    ), "upstream's default progress bars changed: re-check _lightning_hpu/callback_connector.py"
 
 
 def test_fabric_connector_reads_the_cli_variables_through_one_method():

@@ -1,9 +1,9 @@
 """The ``Trainer``: upstream's, with what HPU training adds at the level of the Trainer.
 
 Accelerator, strategy, devices, precision and plugins are resolved by upstream's accelerator connector, which builds
-HPU objects for HPU flags (:mod:`_lightning_hpu`) in ``lightning.Trainer`` as much as here. This Trainer adds
-``profiler="hpu"``, a progress bar that reads logged values less often, the ranks' agreement on SIGTERM and the
-performance report.
+HPU objects for HPU flags (:mod:`_lightning_hpu`) in ``lightning.Trainer`` as much as here; its callback connector logs
+the HPU line and picks the HPU progress bar in both alike. This Trainer adds ``profiler="hpu"``, the ranks' agreement on
+SIGTERM and the performance report.
 """
 
 import functools
@@ -14,17 +14,14 @@ from typing import Any, Callable, Literal, Optional, Union
 import lightning.pytorch.trainer.trainer as _upstream
 import torch
 from lightning.pytorch import LightningModule
-from lightning.pytorch.callbacks import RichProgressBar, TQDMProgressBar
 from lightning.pytorch.trainer.trainer import Trainer as _UpstreamTrainer
 from lightning.pytorch.utilities.argparse import _defaults_from_env_vars
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
-from lightning.pytorch.utilities.rank_zero import rank_zero_info
 
 import _lightning_hpu
 from pytorch_lightning import _aliasing
 from pytorch_lightning.accelerators.hpu import HPUAccelerator
 from pytorch_lightning.callbacks import hpu_performance as performance
-from pytorch_lightning.callbacks.hpu_progress import HPURichProgressBar, HPUTQDMProgressBar
 from pytorch_lightning.strategies._sigterm import _SignalConnector, _TrainingEpochLoop
 from pytorch_lightning.trainer._compiled import keep_logging_eager
 from pytorch_lightning.trainer.hpu_flags import resolve_profiler
@@ -61,9 +58,10 @@ class Trainer(_UpstreamTrainer):
 
     It takes exactly upstream's arguments (``accelerator="hpu"``, ``strategy="hpu_parallel"``, ``precision=16`` on a
     Gaudi, ...), which it resolves as ``lightning.Trainer`` does; see :class:`lightning.pytorch.Trainer` for each of
-    them. Added: ``profiler="hpu"``, and on HPUs a default progress bar that reads the logged values every
-    ``log_every_n_steps`` steps, the ranks' agreement on SIGTERM on the host, and the performance report
-    (``PL_HPU_PERFORMANCE_REPORT=1``). ``PL_TRAINER_*`` environment variables act as defaults, as upstream.
+    them. Both log the HPU line and, on HPUs, have a default progress bar that reads the logged values every
+    ``log_every_n_steps`` steps. Added: ``profiler="hpu"``, and on HPUs the ranks' agreement on SIGTERM on the host,
+    and the performance report (``PL_HPU_PERFORMANCE_REPORT=1``). ``PL_TRAINER_*`` environment variables act as
+    defaults, as upstream.
     """
 
     @_defaults_from_env_vars
@@ -71,12 +69,10 @@ class Trainer(_UpstreamTrainer):
         if "profiler" in kwargs:
             kwargs["profiler"] = resolve_profiler(kwargs["profiler"])
         super().__init__(**kwargs)
-        _use_hpu_progress_bar(self, kwargs.get("callbacks"))
         # upstream's, with the ranks of HPU strategies agreeing on SIGTERM on the host (see ``strategies/_sigterm.py``)
         self._signal_connector = _SignalConnector(self)
         steps = self.fit_loop.epoch_loop
         self.fit_loop.epoch_loop = _TrainingEpochLoop(self, min_steps=steps.min_steps, max_steps=steps.max_steps)
-        _log_hpu_info(self)
         _add_performance_monitor_if_asked(self)
 
     # each stage first checks the process group it would join, before anything is launched
@@ -109,30 +105,6 @@ def _refuse_another_world_size(trainer: "Trainer") -> None:
             " `torch.distributed.destroy_process_group()` before creating the Trainer, or ask for"
             f" {existing} process(es)."
         )
-
-
-# upstream's default bars -> ours, which read the values logged with ``prog_bar=True`` every ``log_every_n_steps``
-# steps instead of after every step, each read waiting for the HPU
-_HPU_PROGRESS_BARS = {RichProgressBar: HPURichProgressBar, TQDMProgressBar: HPUTQDMProgressBar}
-
-
-def _use_hpu_progress_bar(trainer: Trainer, callbacks: Any) -> None:
-    """On HPUs, the progress bar upstream added by default becomes ours; a bar the user passed is kept, and none is
-    added where upstream adds none (``enable_progress_bar=False``, ``barebones=True``)."""
-    bar = trainer.progress_bar_callback
-    given = callbacks if isinstance(callbacks, list) else [callbacks]
-    if bar is None or not isinstance(trainer.accelerator, HPUAccelerator) or any(bar is c for c in given):
-        return
-    ours = _HPU_PROGRESS_BARS.get(type(bar))
-    if ours is not None:
-        trainer.callbacks[trainer.callbacks.index(bar)] = ours()
-
-
-def _log_hpu_info(trainer: Trainer) -> None:
-    available = HPUAccelerator.is_available()
-    kind = f" ({HPUAccelerator.describe()})" if available else ""
-    used = trainer.num_devices if isinstance(trainer.accelerator, HPUAccelerator) else 0
-    rank_zero_info(f"HPU available: {available}{kind}, using: {used} HPUs")
 
 
 def _add_performance_monitor_if_asked(trainer: Trainer) -> None:

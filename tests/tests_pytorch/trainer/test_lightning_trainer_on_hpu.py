@@ -9,6 +9,7 @@ from pathlib import Path
 import lightning as L
 import pytest
 import torch
+from lightning.pytorch.callbacks.progress.rich_progress import _RICH_AVAILABLE
 from lightning.pytorch.demos.boring_classes import BoringModel
 
 import pytorch_lightning as pl
@@ -125,6 +126,48 @@ def test_autoload_turned_off():
         assert result.stdout.split()[-3:] == ["HPUAccelerator", "HPUParallelStrategy", "HPUMixedPrecision"]
     result = _run(f"import lightning as L; {_RESOLVED.format(accelerator='hpu')}", **env)
     assert result.returncode != 0 and "hpu" in result.stderr
+
+
+_LOOKS = """
+import warnings
+warnings.simplefilter("always")
+from {package} import Trainer
+from lightning.pytorch.demos.boring_classes import BoringModel
+trainer = Trainer(
+    accelerator={accelerator!r}, devices=1, max_steps=2, limit_val_batches=1, logger=False, enable_checkpointing=False
+)
+print("progress bar:", type(trainer.progress_bar_callback).__name__)
+trainer.fit(BoringModel())
+"""
+
+
+def _what_it_shows(output: str) -> list[str]:
+    """The device lines, the warnings (with the lines they point at) and the progress bar's class of a run."""
+    lines = output.splitlines()
+    shown = []
+    for number, line in enumerate(lines):
+        if " available: " in line or line.startswith("progress bar:"):
+            shown.append(line)
+        elif "Warning: " in line:
+            shown += lines[number : number + 2]
+    return shown
+
+
+@pytest.mark.parametrize("accelerator", ["hpu", "cpu"])
+def test_both_trainers_look_the_same_on_a_gaudi(accelerator):
+    """``lightning.Trainer`` and ``pytorch_lightning.Trainer``, each in a fresh process with only its package imported,
+    log the same device lines (the HPU line among them), warn the same and show the same progress bar."""
+    runs = {}
+    for package in ("pytorch_lightning", "lightning.pytorch"):
+        result = _run(_LOOKS.format(package=package, accelerator=accelerator), VIRTUAL_HPU="1")
+        assert result.returncode == 0, result.stderr
+        runs[package] = _what_it_shows(result.stdout + result.stderr)
+    used = 1 if accelerator == "hpu" else 0
+    assert f"HPU available: True (virtual GAUDI2), using: {used} HPUs" in runs["lightning.pytorch"]
+    assert "GPU available: False, used: False" in runs["lightning.pytorch"]
+    bar = ("HPU" if accelerator == "hpu" else "") + ("Rich" if _RICH_AVAILABLE else "TQDM") + "ProgressBar"
+    assert f"progress bar: {bar}" in runs["lightning.pytorch"]
+    assert runs["lightning.pytorch"] == runs["pytorch_lightning"]
 
 
 def test_without_a_gaudi_lightning_is_upstream():
