@@ -18,6 +18,8 @@ from lightning.fabric import connector
 from lightning.pytorch.strategies import DDPStrategy, DeepSpeedStrategy, FSDPStrategy, ModelParallelStrategy
 from lightning.pytorch.trainer.trainer import Trainer
 
+from virtual_hpu import torch_support
+
 
 def _called_in(method, call: str) -> bool:
     return call in inspect.getsource(method)
@@ -443,8 +445,25 @@ def test_private_names_exist(library, module, name, where, purpose):
         # Fabric wraps the module it compiled again; `_hpu_compile` replaces it as it is registered
         ("lightning.fabric.wrappers._FabricModule", "_forward_module", "strategies/_hpu_compile.py"),
         ("torch._dynamo.eval_frame._TorchDynamoContext", "_dynamic", "strategies/_hpu_compile.py"),
-        ("torch._dynamo.eval_frame._TorchDynamoContext", "fullgraph", "strategies/_hpu_compile.py"),
-        ("torch._dynamo.convert_frame.ConvertFrameAssert", "_torchdynamo_orig_backend", "strategies/_hpu_compile.py"),
+        pytest.param(
+            "torch._dynamo.eval_frame._TorchDynamoContext",
+            "fullgraph",
+            "strategies/_hpu_compile.py",
+            marks=pytest.mark.skipif(torch_support.installed() < (2, 9), reason="set from torch 2.9"),
+        ),
+        # what a compile wrapper wraps: renamed in torch 2.9
+        pytest.param(
+            "torch._dynamo.convert_frame.ConvertFrameAssert",
+            "_torchdynamo_orig_backend",
+            "strategies/_hpu_compile.py",
+            marks=pytest.mark.skipif(torch_support.installed() < (2, 9), reason="the name from torch 2.9"),
+        ),
+        pytest.param(
+            "torch._dynamo.convert_frame.ConvertFrameAssert",
+            "_torchdynamo_orig_callable",
+            "strategies/_hpu_compile.py",
+            marks=pytest.mark.skipif(torch_support.installed() >= (2, 9), reason="the name before torch 2.9"),
+        ),
         # the inference engine's dtype, which the precision plugin casts inputs to
         ("deepspeed.inference.engine.InferenceEngine", "_config", "strategies/hpu_deepspeed.py"),
         # a compiled module's original and its compile context, read to compile it again for HPU

@@ -75,16 +75,34 @@ _LAZY_REFUSAL = (
 )
 
 
+# where torch's compile wrappers keep what they wrap: the name torch 2.9 gives it, and the one before (2.6, 2.7.1)
+_WRAPPED = ("_torchdynamo_orig_backend", "_torchdynamo_orig_callable")
+
+
 def recorded_arguments(dynamo_ctx: Any) -> dict[str, Any]:
     """The ``torch.compile`` arguments that matter here, read from the compile context of a module the Trainer runs
     (it keeps the context, not the arguments): the backend (``None`` for inductor, which the context does not say
     whether it was named), ``fullgraph`` and ``dynamic``."""
-    backend = dynamo_ctx.callback
-    while hasattr(backend, "_torchdynamo_orig_backend"):
-        backend = backend._torchdynamo_orig_backend
+    chain = _wrapped_chain(dynamo_ctx.callback)
+    backend = chain[-1]
     inductor = isinstance(backend, torch._TorchCompileInductorWrapper)
     name = None if inductor else getattr(backend, "compiler_name", backend)
-    return {"backend": name, "fullgraph": dynamo_ctx.fullgraph, "dynamic": dynamo_ctx._dynamic}
+    if hasattr(dynamo_ctx, "fullgraph"):
+        fullgraph = dynamo_ctx.fullgraph
+    else:
+        # before torch 2.9 the context does not say: a whole-graph compile wraps the converter that refuses breaks
+        from torch._dynamo.convert_frame import ConvertFrameAssert
+
+        fullgraph = any(isinstance(wrapper, ConvertFrameAssert) for wrapper in chain)
+    return {"backend": name, "fullgraph": fullgraph, "dynamic": dynamo_ctx._dynamic}
+
+
+def _wrapped_chain(callback: Any) -> list[Any]:
+    """A compile context's callback and what it wraps, down to the backend."""
+    chain = [callback]
+    while (attribute := next((name for name in _WRAPPED if hasattr(chain[-1], name)), None)) is not None:
+        chain.append(getattr(chain[-1], attribute))
+    return chain
 
 
 def run_lightning_module_for_hpu(module: Any) -> None:
