@@ -100,10 +100,19 @@ def is_privateuse1() -> bool:
 
 
 def is_torch_accelerator() -> bool:
-    """Whether the virtual device is torch's accelerator (``torch.accelerator``): everywhere but on a build for
-    another accelerator before torch 2.9, where the HPU device type sits beside that one, which stays torch's
-    accelerator (torch 2.7 and 2.8 refuse two in every backward pass)."""
-    return other_accelerator() is None or is_privateuse1()
+    """Whether the virtual device is torch's accelerator (``torch.accelerator``), as hpu is on a Gaudi: everywhere but
+    on a build for another accelerator before torch 2.9, where the HPU device type sits beside that one. There torch
+    2.7 and 2.8 take the accelerator a build is for, and refuse two in every backward pass; torch 2.6 takes the one
+    with a device present, so hpu where that other one has none."""
+    import torch
+
+    from virtual_hpu import torch_support
+
+    other = other_accelerator()
+    if other is None or is_privateuse1():
+        return True
+    before_builds_decide = torch_support.installed() < torch_support.ACCELERATOR_IS_THE_BUILDS
+    return before_builds_decide and not getattr(torch, other).is_available()
 
 
 def _claim_privateuse1() -> None:

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
+import virtual_hpu
 from virtual_hpu import torch_support
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
@@ -38,10 +39,7 @@ def test_the_virtual_gaudi_trains_on_this_build():
 
         virtual_hpu.activate()
         print(virtual_hpu.other_accelerator(), virtual_hpu.is_privateuse1(), torch._C._get_privateuse1_backend_name())
-        try:
-            print(torch.accelerator.current_accelerator().type)
-        except RuntimeError:  # torch before 2.7, where no device of its accelerator is available
-            print(None)
+        print(torch.accelerator.current_accelerator().type)
         model = torch.nn.Linear(4, 2).to("hpu")
         x = torch.randn(8, 4, device="hpu")
         with torch.autocast("hpu"):  # Gaudi's default autocast dtype
@@ -65,12 +63,13 @@ def test_the_virtual_gaudi_trains_on_this_build():
     assert privateuse1 == str(expected_privateuse1)
     assert backend == ("hpu" if expected_privateuse1 else "privateuseone")
     # torch's accelerator: hpu, but where the HPU device type sits beside the one torch was built for (before 2.9),
-    # that one (before 2.7, where a device of it is available)
+    # that one (before 2.7, only where a device of it is present)
     if built_for is not None and not expected_privateuse1:
         named_unavailable = torch_support.installed() >= torch_support.ACCELERATOR_IS_THE_BUILDS
-        assert accelerator == str(built_for if named_unavailable or getattr(torch, built_for).is_available() else None)
+        assert accelerator == (built_for if named_unavailable or getattr(torch, built_for).is_available() else "hpu")
     else:
         assert accelerator == "hpu"
+    assert virtual_hpu.is_torch_accelerator() is (accelerator == "hpu")
     assert autocast == "torch.bfloat16 hpu:0"
     assert grad == "hpu:0 True"
 
