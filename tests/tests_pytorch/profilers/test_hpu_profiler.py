@@ -25,7 +25,10 @@ from pytorch_lightning.profilers import HPUProfiler
 from tests_pytorch.helpers.processes import free_port
 from tests_pytorch.helpers.runif import RunIf
 
-HPU_DEVICE_TYPE = 15  # c10::DeviceType::HPU, as the trace's memory events name the device
+# c10's device type of hpu tensors, as the trace's memory events name it: HPU, or PrivateUse1 where hpu is torch's
+# PrivateUse1 backend (the virtual Gaudi on PyPI's builds from torch 2.9)
+_HPU_IS_PRIVATEUSE1 = torch._C._get_privateuse1_backend_name() == "hpu"
+HPU_DEVICE_TYPE = (DeviceType.PrivateUse1 if _HPU_IS_PRIVATEUSE1 else DeviceType.HPU).value
 CPU_AND_HPU = {ProfilerActivity.CPU, ProfilerActivity.HPU}
 TRACE_SUFFIX = r"\.\d+\.pt\.trace\.json"
 
