@@ -12,7 +12,7 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 from virtual_hpu._config import Config, as_hardware, resolve
 
@@ -169,6 +169,32 @@ def _profiler_takes_hpu_activity() -> None:
         module._supported_activities = with_hpu
 
 
+def _dtensor_random_ops_in_philox_context() -> None:
+    """From torch 2.15, DTensor runs a random op on the accelerator through ``run_dtensor_rng_op``, which reads and
+    writes the device's generator state as a philox (seed, offset) pair, as CUDA's is; a Gaudi's state is that pair
+    only inside ``set_rng_ctx("philox")``, which torch enters for hpu on its other path (``_distribute_region``) and
+    not on this one. Here torch's kernel runs inside that context."""
+    from torch._C import DispatchKey
+    from torch._prims import rng_prims
+
+    if not hasattr(rng_prims, "run_dtensor_rng_op"):  # before torch 2.15
+        return
+    op = rng_prims.run_dtensor_rng_op
+    torch_kernel = op.py_kernels[DispatchKey.BackendSelect]
+    del op.py_kernels[DispatchKey.BackendSelect]  # `py_impl` refuses a key that has a kernel
+
+    def in_philox_context(*args: Any, **kwargs: Any) -> Any:
+        from habana_frameworks.torch.hpu import random
+
+        random.set_rng_ctx("philox")
+        try:
+            return torch_kernel(*args, **kwargs)
+        finally:
+            random.unset_rng_ctx("philox")
+
+    op.py_impl(DispatchKey.BackendSelect)(in_philox_context)
+
+
 def activate(
     devices: Optional[int] = None, generation: Optional[str] = None, memory_mb: Optional[int] = None
 ) -> Config:
@@ -216,6 +242,7 @@ def activate(
         torch.set_autocast_dtype("hpu", torch.bfloat16)
         _optimizers_per_tensor_on_hpu()
         _profiler_takes_hpu_activity()
+    _dtensor_random_ops_in_philox_context()
     ops = torch.ops.virtual_hpu
     ops.configure(wanted.devices, wanted.lazy)
     ops.set_torch_accelerator(is_torch_accelerator())

@@ -67,6 +67,16 @@ FOREIGN_NAMES = (
         for module in ("torch.autograd", "torch.autograd.profiler", "torch.profiler")
     ),
     ForeignName(
+        "torch._prims.rng_prims.run_dtensor_rng_op.py_kernels",
+        "its BackendSelect kernel: torch's, run inside `set_rng_ctx('philox')`",
+        f"{_ACTIVATION}::_dtensor_random_ops_in_philox_context",
+        "at activation, from torch 2.15 (which added the operator); for the process",
+        "DTensor's random ops on the accelerator read and write its generator state as a philox (seed, offset) pair;"
+        " a Gaudi gives that pair inside `set_rng_ctx('philox')`, which torch enters for hpu only on its other path:"
+        " without it random initialisation of a DTensor on hpu fails",
+        _NOT_ACTIVATED,
+    ),
+    ForeignName(
         "torch.distributed.ProcessGroupGloo.perform_nocolor_split",
         "a method that does nothing (`virtual_hpu.hccl._no_split`)",
         "virtual_hpu/hccl.py::register",
