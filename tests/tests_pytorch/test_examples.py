@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests_pytorch.helpers.runif import VARIANT, variants
+
 EXAMPLES = Path(__file__).parents[2] / "examples"
 
 
@@ -54,7 +56,7 @@ def test_demo_on_two_hpus_in_bf16():
 
 @pytest.mark.parametrize(
     ("arguments", "env"),
-    [(["--no-compile"], {}), ([], {"PT_HPU_LAZY_MODE": "1"})],
+    [pytest.param(["--no-compile"], {}, marks=VARIANT), ([], {"PT_HPU_LAZY_MODE": "1"})],
     ids=["eager-without-compile", "lazy"],
 )
 def test_demo_other_execution_paths(arguments, env):
@@ -64,7 +66,7 @@ def test_demo_other_execution_paths(arguments, env):
     assert float(re.search(r"test_acc=([0-9.]+)", line)[1]) >= 0.80
 
 
-@pytest.mark.parametrize("devices", ["1", "2"])
+@pytest.mark.parametrize("devices", variants(["1", "2"], kept=["2"]))
 def test_language_model_loss_falls_in_bf16(devices):
     result = _run(
         "pytorch/hpu_language_model.py", "--devices", devices, "--precision", "bf16-mixed", "--max-epochs", "2"
@@ -90,7 +92,7 @@ def test_deepspeed_example_zero3_bf16_on_two_hpus():
     assert float(re.search(r"test_acc=([0-9.]+)", line)[1]) >= 0.90
 
 
-@pytest.mark.parametrize("mode", ["fsdp", "model_parallel"])
+@pytest.mark.parametrize("mode", variants(["fsdp", "model_parallel"], kept=["fsdp"]))
 def test_fsdp_example_llama_on_two_hpus_in_bf16(mode):
     result = _run("pytorch/hpu_fsdp.py", "--devices", "2", "--mode", mode, "--epochs", "3")
     shards = {
@@ -137,8 +139,8 @@ def test_fabric_example_on_two_hpus_in_bf16():
     ("arguments", "env"),
     [
         (["--hpus", "1"], {}),
-        (["--hpus", "2", "--autocast"], {}),
-        (["--hpus", "2"], {"PT_HPU_LAZY_MODE": "1"}),
+        pytest.param(["--hpus", "2", "--autocast"], {}, marks=VARIANT),
+        pytest.param(["--hpus", "2"], {"PT_HPU_LAZY_MODE": "1"}, marks=VARIANT),
         (["--hpus", "1", "--autocast", "--use_torch_compile", "--compiled_autograd"], {}),
     ],
     ids=["1-eager-fp32", "2-eager-autocast", "2-lazy-fp32", "1-compiled-autograd-autocast"],
@@ -160,12 +162,14 @@ def _unet_final_metrics(result: subprocess.CompletedProcess) -> tuple:
 @pytest.mark.parametrize(
     ("arguments", "env", "setup"),
     [
-        (["--hpus", "1"], {}, "SingleHPUStrategy, 32-true, eager, AdamW, none"),
-        # batch norm synchronised over the HPUs, as the reference's --sync_batchnorm does
-        (
+        # what the checkpointing run below does, and more
+        pytest.param(["--hpus", "1"], {}, "SingleHPUStrategy, 32-true, eager, AdamW, none", marks=VARIANT),
+        # batch norm synchronised over the HPUs, as the reference's --sync_batchnorm does (multi_device covers it)
+        pytest.param(
             ["--hpus", "2", "--amp", "--norm", "batch", "--sync_batchnorm"],
             {},
             "HPUParallelStrategy, bf16-mixed, eager, AdamW, none",
+            marks=VARIANT,
         ),
         (
             ["--hpus", "2", "--run-lazy-mode", "--optimizer", "fusedadamw", "--scheduler", "plateau"],

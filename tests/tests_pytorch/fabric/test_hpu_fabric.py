@@ -25,7 +25,7 @@ from pytorch_lightning.accelerators import HPUAccelerator
 from pytorch_lightning.plugins.io.hpu import HPUCheckpointIO
 from tests_pytorch.helpers import fabric_run
 from tests_pytorch.helpers.processes import free_port, rank_results
-from tests_pytorch.helpers.runif import RunIf
+from tests_pytorch.helpers.runif import VARIANT, RunIf
 from virtual_hpu import torch_support
 
 FABRIC_RUN = Path(fabric_run.__file__)
@@ -149,7 +149,9 @@ def test_deepspeed_names_from_cuda_run_deepspeed_on_hpu(tmp_path):
     assert ranks[0]["mean_loss"] == ranks[1]["mean_loss"]
 
 
-@pytest.mark.parametrize(("precision", "tolerance"), [("32-true", 1e-5), ("bf16-mixed", 5e-2)])
+@pytest.mark.parametrize(
+    ("precision", "tolerance"), [pytest.param("32-true", 1e-5, marks=VARIANT), ("bf16-mixed", 5e-2)]
+)
 def test_fsdp_two_ranks_equal_one_process_on_the_union(tmp_path, precision, tolerance):
     ranks = _launch(tmp_path / "fsdp", "--devices", "2", "--strategy", "fsdp", "--precision", precision)
     assert {rank["classes"]["strategy"] for rank in ranks} == {"HPUFSDPStrategy"}

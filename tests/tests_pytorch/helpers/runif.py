@@ -16,6 +16,7 @@ skipped with their reason.
 import importlib.util
 import os
 import sys
+from collections.abc import Iterable
 from typing import Any
 
 import pytest
@@ -70,3 +71,14 @@ def RunIf(
 def tier_of(item: pytest.Item) -> Any:
     """The tier a ``RunIf`` mark put ``item`` in, or None."""
     return next((mark.kwargs["tier"] for mark in item.iter_markers("skipif") if mark.kwargs.get("tier")), None)
+
+
+#: a variant of a scenario that the default set runs in another form: ``make test`` leaves it out for CI's time budget
+#: (its multi-process runs cost 10 to 60 s each on two cores); ``pytest -m stress`` runs it
+VARIANT = pytest.mark.stress(reason="a variant of a scenario the default set runs in another form (CI's time budget)")
+
+
+def variants(values: Iterable[Any], kept: Iterable[Any]) -> list:
+    """The values of a parametrization, each that is not in ``kept`` marked :data:`VARIANT`."""
+    kept = list(kept)
+    return [value if value in kept else pytest.param(value, marks=VARIANT) for value in values]

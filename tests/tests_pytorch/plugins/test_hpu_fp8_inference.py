@@ -17,6 +17,7 @@ from lightning.pytorch.utilities.exceptions import MisconfigurationException
 import pytorch_lightning as pl
 from pytorch_lightning.plugins import HPUDeepSpeedPrecisionPlugin, HPUPrecisionPlugin
 from pytorch_lightning.plugins.precision import hpu_fp8_inference
+from tests_pytorch.helpers.runif import variants
 
 pytest.importorskip("neural_compressor.torch.quantization")
 
@@ -37,7 +38,7 @@ def _run(arguments: list, cwd: Path, **environment: str) -> subprocess.Completed
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("lazy", ["0", "1"])
+@pytest.mark.parametrize("lazy", variants(["0", "1"], kept=["0"]))
 def test_measure_then_quantize_the_demo_in_new_processes(tmp_path, lazy):
     """The worked example: train in bf16, measure on the validation set, quantize in a third process and test."""
     packaged = _digests(PACKAGED)
@@ -230,7 +231,7 @@ def test_data_parallel_inference_is_refused(tmp_path, monkeypatch):
         trainer.strategy.connect(model)
 
 
-@pytest.mark.parametrize("stage", [2, 3])
+@pytest.mark.parametrize("stage", variants([2, 3], kept=[3]))
 def test_deepspeed_quantized_inference(tmp_path, stage):
     """Under DeepSpeed the quantized model runs with ZeRO stages 0-2; stage 3 cannot partition fp8 weights."""
     pytest.importorskip("deepspeed")

@@ -16,6 +16,7 @@ import pytorch_lightning as pl
 from pytorch_lightning.plugins import HPUDeepSpeedPrecisionPlugin
 from pytorch_lightning.strategies import HPUDeepSpeedStrategy
 from tests_pytorch.helpers.processes import assert_same_parameters, rank_results, run_ddp, wait
+from tests_pytorch.helpers.runif import VARIANT, variants
 
 FEATURES = 32
 
@@ -141,6 +142,8 @@ def test_reference_configuration(name):
     assert trainer.callback_metrics["test_acc"] > 0.5
 
 
+# compiling the CPU Adam takes minutes on a fresh machine; offloading itself is tested with torch's optimizer below
+@pytest.mark.stress(reason="compiles DeepSpeed's CPU Adam (minutes on a fresh machine)")
 def test_zero_offload_with_deepspeed_cpu_adam():
     """ZeRO-Offload (and the page's "ZeRO-Infinity" example, the same code): stage 2 with the optimizer on the host.
 
@@ -430,6 +433,7 @@ def test_two_processes_match_one_and_resume_from_zero_checkpoint(tmp_path, refer
         assert_same_parameters(rank["state"], references[2]["state"], tolerance=1e-6)
 
 
+@VARIANT  # of the two-process run above, which resumes too
 def test_one_process_resumes_from_zero_checkpoint(tmp_path, references):
     checkpoint, first, resumed = tmp_path / "zero.ckpt", tmp_path / "first", tmp_path / "resumed"
     first.mkdir(), resumed.mkdir()
@@ -549,7 +553,7 @@ os.write(sys.stdout.fileno(), f"RESULT {line}\\n".encode())
 """
 
 
-@pytest.mark.parametrize("form", ["arguments", "config"])
+@pytest.mark.parametrize("form", variants(["arguments", "config"], kept=["arguments"]))
 def test_inference_arguments_of_lightning_habana_run_deepspeed_inference(tmp_path, form):
     """``dtype``, ``tensor_parallel``, ``replace_with_kernel_inject``, ``injection_policy`` (arguments, or keys of the
     config) put the model in DeepSpeed's inference engine, split across 2 HPUs, predicting what the model does."""
@@ -676,7 +680,7 @@ _ENGINE_OUTPUT = {
 }
 
 
-@pytest.mark.parametrize("devices", [1, 2])
+@pytest.mark.parametrize("devices", variants([1, 2], kept=[1]))
 def test_the_inference_engines_dtype_wins_in_every_precision(tmp_path, devices):
     """``HPUDeepSpeedStrategy(dtype=torch.float)`` keeps the engine's weights in fp32 under every precision: inputs are
     cast to it (bf16 inputs met fp32 weights before: "mat1 and mat2 must have the same dtype"), the mixed precisions

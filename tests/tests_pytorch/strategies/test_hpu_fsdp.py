@@ -10,6 +10,7 @@ import pytorch_lightning as pl
 from pytorch_lightning.plugins import HPUFSDPPrecision, HPUPrecisionPlugin
 from pytorch_lightning.strategies import HPUFSDPStrategy
 from tests_pytorch.helpers.processes import assert_same_parameters, rank_results, run_ddp, wait
+from tests_pytorch.helpers.runif import VARIANT, variants
 
 # ddp_run.py's regression model with two targets: 16 * 8 + 8 + 8 * 2 + 2 parameters, each tensor with at least as
 # many rows as there are processes (see the sharded checkpoint test)
@@ -34,12 +35,12 @@ def reference(references) -> dict:
     ("arguments", "sharded"),
     [
         (("--sharding", "FULL_SHARD"), True),
-        (("--sharding", "SHARD_GRAD_OP"), True),
-        (("--sharding", "NO_SHARD"), False),
+        pytest.param(("--sharding", "SHARD_GRAD_OP"), True, marks=VARIANT),
+        pytest.param(("--sharding", "NO_SHARD"), False, marks=VARIANT),
         (("--strategy", "hpu_fsdp_cpu_offload"), True),
         (("--sharding", "FULL_SHARD", "--activation-checkpointing"), True),
         # one replica of two shards: hybrid sharding over the (replicas, shards) mesh
-        (("--sharding", "HYBRID_SHARD", "--mesh", "1,2"), True),
+        pytest.param(("--sharding", "HYBRID_SHARD", "--mesh", "1,2"), True, marks=VARIANT),
     ],
     ids=["full_shard", "shard_grad_op", "no_shard", "cpu_offload", "activation_checkpointing", "hybrid_shard"],
 )
@@ -93,7 +94,7 @@ def test_bad_inputs_are_refused_before_any_work():
         pl.Trainer(accelerator="cpu", devices=2, strategy=HPUFSDPStrategy())
 
 
-@pytest.mark.parametrize("kind", ["full", "sharded"])
+@pytest.mark.parametrize("kind", variants(["full", "sharded"], kept=["full"]))
 def test_checkpoints_resume_two_processes_where_an_uninterrupted_run_ends(tmp_path, references, kind):
     """Model, optimizer (momentum), scheduler and epoch come back from a full checkpoint (one file, loaded into the
     sharded model) or a sharded one (a folder, one shard per rank), which Lightning's and torch's converters turn

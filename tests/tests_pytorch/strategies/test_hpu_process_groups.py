@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests_pytorch.helpers.processes import rank_results, run_ddp, wait
+from tests_pytorch.helpers.runif import variants
 
 HELPERS = Path(__file__).parents[1] / "helpers"
 STAGES_RUN = HELPERS / "stages_run.py"
@@ -40,7 +41,7 @@ def _stages(tmp_path: Path, strategy: str, devices: int = 2, *args: str) -> list
     return ranks
 
 
-@pytest.mark.parametrize("strategy", sorted(TRAINER_STRATEGIES))
+@pytest.mark.parametrize("strategy", variants(sorted(TRAINER_STRATEGIES), kept=["hpu_parallel", "hpu_model_parallel"]))
 def test_fit_fit_test_predict_with_prepare_data_and_a_gloo_group_of_the_users(tmp_path, strategy):
     """A DataModule and a LightningModule that override ``prepare_data`` (Lightning guards it with a gloo group),
     and a gloo group made in ``setup``: before, the process group bound to the HPU refused gloo groups ("No backend
@@ -79,7 +80,7 @@ def test_a_group_made_on_one_rank_between_stages_leaves_the_next_stages_running(
         assert result["stages"] == STAGES
 
 
-@pytest.mark.parametrize("sharding", ["HYBRID_SHARD", "_HYBRID_SHARD_ZERO2"])
+@pytest.mark.parametrize("sharding", variants(["HYBRID_SHARD", "_HYBRID_SHARD_ZERO2"], kept=["HYBRID_SHARD"]))
 def test_trainer_hybrid_sharding_on_two_of_eight_hpus_without_a_mesh(tmp_path, sharding):
     """Torch would size the shard groups by the node's 8 HPUs ("group_size (8) must not exceed the world size (2)");
     the strategy gives FSDP the mesh (nodes, devices) = (1, 2)."""
@@ -88,7 +89,7 @@ def test_trainer_hybrid_sharding_on_two_of_eight_hpus_without_a_mesh(tmp_path, s
         assert result["mesh"] == (1, 2)
 
 
-@pytest.mark.parametrize("strategy", sorted(FABRIC_STRATEGIES))
+@pytest.mark.parametrize("strategy", variants(sorted(FABRIC_STRATEGIES), kept=["hpu_parallel"]))
 def test_fabric_rank_zero_first_barrier_and_a_gloo_group_of_the_users(tmp_path, strategy):
     wait(run_ddp(tmp_path, "--strategy", strategy, script=FABRIC_RUN))
     ranks = rank_results(tmp_path)

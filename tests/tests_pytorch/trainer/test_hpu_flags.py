@@ -16,7 +16,7 @@ import pytorch_lightning as pl
 from pytorch_lightning.accelerators import HPUAccelerator
 from pytorch_lightning.plugins import HPUCheckpointIO, HPUPrecisionPlugin
 from pytorch_lightning.strategies import HPUParallelStrategy, SingleHPUStrategy
-from tests_pytorch.helpers.runif import RunIf
+from tests_pytorch.helpers.runif import VARIANT, RunIf
 
 
 def _trainer(**kwargs) -> pl.Trainer:
@@ -196,7 +196,9 @@ def test_hpu_without_any_gaudi_fails_clearly():
 
 
 @RunIf(virtual_hpu=True)  # simulates first-generation Gaudi
-@pytest.mark.parametrize(("precision", "instead"), [("16-mixed", "bf16-mixed"), ("16-true", "bf16-true")])
+@pytest.mark.parametrize(
+    ("precision", "instead"), [("16-mixed", "bf16-mixed"), pytest.param("16-true", "bf16-true", marks=VARIANT)]
+)
 def test_fp16_refused_on_first_generation_gaudi(precision, instead):
     code = f"import pytorch_lightning as pl; pl.Trainer(accelerator='hpu', devices=1, precision={precision!r})"
     result = _run(code, VIRTUAL_HPU="1", VIRTUAL_HPU_GENERATION="GAUDI")
