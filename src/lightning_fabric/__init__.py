@@ -15,7 +15,7 @@ _virtual_hpu.activate_from_env()
 import lightning.fabric as _upstream  # noqa: E402
 
 import _lightning_hpu  # noqa: E402
-from pytorch_lightning import _aliasing  # noqa: E402
+from _lightning_hpu import aliasing as _aliasing  # noqa: E402
 
 _aliasing.install()
 

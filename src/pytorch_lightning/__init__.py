@@ -14,7 +14,7 @@ _virtual_hpu.activate_from_env()
 
 import lightning.pytorch as _upstream  # noqa: E402
 
-from pytorch_lightning import _aliasing  # noqa: E402
+from _lightning_hpu import aliasing as _aliasing  # noqa: E402
 from pytorch_lightning.__about__ import __version__  # noqa: E402, F401
 
 _aliasing.install()

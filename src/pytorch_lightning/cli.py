@@ -9,7 +9,7 @@ from typing import Any
 import lightning.pytorch.cli as _upstream
 from lightning.pytorch.cli import LightningCLI as _UpstreamLightningCLI
 
-from pytorch_lightning import _aliasing
+from _lightning_hpu import aliasing as _aliasing
 from pytorch_lightning.trainer import Trainer
 
 __all__ = ["LightningCLI"]

@@ -3,7 +3,7 @@
 import lightning.fabric.accelerators as _upstream
 from lightning.fabric.accelerators import ACCELERATOR_REGISTRY
 
-from pytorch_lightning import _aliasing
+from _lightning_hpu import aliasing as _aliasing
 from pytorch_lightning.accelerators.hpu import HPUAccelerator
 
 __all__ = ["HPUAccelerator"]

@@ -2,6 +2,7 @@
 
 import lightning.fabric.plugins as _upstream
 
+from _lightning_hpu import aliasing as _aliasing
 from lightning_fabric.plugins.precision import (
     HPUDeepSpeedPrecision,
     HPUFP8Precision,
@@ -10,7 +11,6 @@ from lightning_fabric.plugins.precision import (
     HPUMixedPrecision,
     HPUPrecision,
 )
-from pytorch_lightning import _aliasing
 from pytorch_lightning.plugins.io.hpu import HPUCheckpointIO
 
 __all__ = [

@@ -3,12 +3,12 @@
 import lightning.fabric.strategies as _upstream
 from lightning.fabric.strategies import STRATEGY_REGISTRY
 
+from _lightning_hpu import aliasing as _aliasing
 from lightning_fabric.strategies.hpu_deepspeed import HPUDeepSpeedStrategy
 from lightning_fabric.strategies.hpu_fsdp import HPUFSDPStrategy
 from lightning_fabric.strategies.hpu_model_parallel import HPUModelParallelStrategy
 from lightning_fabric.strategies.hpu_parallel import HPUDDPStrategy, HPUParallelStrategy
 from lightning_fabric.strategies.single_hpu import SingleHPUStrategy
-from pytorch_lightning import _aliasing
 
 __all__ = [
     "HPUDDPStrategy",

@@ -3,7 +3,7 @@ performance report."""
 
 import lightning.pytorch.callbacks as _upstream
 
-from pytorch_lightning import _aliasing
+from _lightning_hpu import aliasing as _aliasing
 from pytorch_lightning.callbacks.hpu_performance import HPUPerformanceMonitor, PerformanceReport
 from pytorch_lightning.callbacks.hpu_progress import HPURichProgressBar, HPUTQDMProgressBar
 

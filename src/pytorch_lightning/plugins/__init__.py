@@ -2,7 +2,7 @@
 
 import lightning.pytorch.plugins as _upstream
 
-from pytorch_lightning import _aliasing
+from _lightning_hpu import aliasing as _aliasing
 from pytorch_lightning.plugins.io import HPUCheckpointIO
 from pytorch_lightning.plugins.precision import (
     HPUDeepSpeedPrecisionPlugin,

@@ -2,7 +2,7 @@
 
 import lightning.pytorch.profilers as _upstream
 
-from pytorch_lightning import _aliasing
+from _lightning_hpu import aliasing as _aliasing
 from pytorch_lightning.profilers.hpu import HPUProfiler
 
 __all__ = ["HPUProfiler"]

@@ -3,7 +3,7 @@
 import lightning.pytorch.strategies as _upstream
 from lightning.pytorch.strategies import StrategyRegistry
 
-from pytorch_lightning import _aliasing
+from _lightning_hpu import aliasing as _aliasing
 from pytorch_lightning.strategies.hpu_deepspeed import HPUDeepSpeedStrategy
 from pytorch_lightning.strategies.hpu_fsdp import HPUFSDPStrategy
 from pytorch_lightning.strategies.hpu_model_parallel import HPUModelParallelStrategy

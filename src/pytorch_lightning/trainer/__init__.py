@@ -2,7 +2,7 @@
 
 import lightning.pytorch.trainer as _upstream
 
-from pytorch_lightning import _aliasing
+from _lightning_hpu import aliasing as _aliasing
 from pytorch_lightning.trainer.trainer import Trainer
 
 __all__ = ["Trainer"]

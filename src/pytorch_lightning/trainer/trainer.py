@@ -19,7 +19,7 @@ from lightning.pytorch.utilities.argparse import _defaults_from_env_vars
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
 import _lightning_hpu
-from pytorch_lightning import _aliasing
+from _lightning_hpu import aliasing as _aliasing
 from pytorch_lightning.accelerators.hpu import HPUAccelerator
 from pytorch_lightning.callbacks import hpu_performance as performance
 from pytorch_lightning.strategies._sigterm import _SignalConnector, _TrainingEpochLoop

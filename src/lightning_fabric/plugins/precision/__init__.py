@@ -2,6 +2,7 @@
 
 import lightning.fabric.plugins.precision as _upstream
 
+from _lightning_hpu import aliasing as _aliasing
 from lightning_fabric.plugins.precision.hpu import (
     HPUDeepSpeedPrecision,
     HPUFP8Precision,
@@ -10,7 +11,6 @@ from lightning_fabric.plugins.precision.hpu import (
     HPUMixedPrecision,
     HPUPrecision,
 )
-from pytorch_lightning import _aliasing
 
 __all__ = [
     "HPUDeepSpeedPrecision",

@@ -2,7 +2,7 @@
 
 import lightning.pytorch.plugins.io as _upstream
 
-from pytorch_lightning import _aliasing
+from _lightning_hpu import aliasing as _aliasing
 from pytorch_lightning.plugins.io.hpu import HPUCheckpointIO
 
 __all__ = ["HPUCheckpointIO"]

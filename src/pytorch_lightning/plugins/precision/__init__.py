@@ -2,7 +2,7 @@
 
 import lightning.pytorch.plugins.precision as _upstream
 
-from pytorch_lightning import _aliasing
+from _lightning_hpu import aliasing as _aliasing
 from pytorch_lightning.plugins.precision.hpu import HPUPrecisionPlugin
 from pytorch_lightning.plugins.precision.hpu_deepspeed import HPUDeepSpeedPrecisionPlugin
 from pytorch_lightning.plugins.precision.hpu_fp8 import HPUFP8Precision
