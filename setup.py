@@ -50,7 +50,7 @@ setup(
     # the habana_frameworks facade is a sys.path root of its own, put on the path only when activated
     package_data={
         "virtual_hpu": ["csrc/*", "_facade/**/*.py"],
-        "pytorch_lightning": ["plugins/precision/fp8_configs/*.json"],
+        "lightning_fabric": ["plugins/precision/fp8_configs/*.json"],
     },
     cmdclass={"build_py": _BuildPyWithStartupHook},
     python_requires=">=3.9",

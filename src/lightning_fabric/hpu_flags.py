@@ -15,7 +15,6 @@ from _lightning_hpu.flags import HPUFlags
 from _lightning_hpu.precision_choice import PrecisionChoice, PrecisionFamily
 from _lightning_hpu.strategy_choice import StrategyChoice, counterparts
 from lightning_fabric.plugins.precision import HPUDeepSpeedPrecision, HPUFSDPPrecision, HPUPrecision
-from lightning_fabric.plugins.precision.hpu import FabricHooks
 from lightning_fabric.strategies import (
     HPUDeepSpeedStrategy,
     HPUFSDPStrategy,
@@ -52,8 +51,7 @@ _FLAGS = HPUFlags(
         owner="Fabric",
         error=ValueError,
         general=HPUPrecision,
-        # Fabric's HPU plugins derive from the Trainer's, not from `HPUPrecision`: what they all have is Fabric's hooks
-        hpu_base=FabricHooks,
+        hpu_base=HPUPrecision,
         upstream_base=Precision,
         autocast=(MixedPrecision,),
         strategy_attribute="precision",

@@ -411,7 +411,7 @@ PRIVATE_NAMES = [
         "neural_compressor",
         "neural_compressor.torch.algorithms.fp8_quant._quant_common",
         "quant_config",
-        "plugins/precision/hpu_fp8_inference.py",
+        "lightning_fabric/plugins/precision/_fp8_inference.py",
         "reading INC's quantization mode",
     ),
 ]
@@ -577,7 +577,7 @@ _OWN_OBJECTS = {
     ("_lightning_hpu/aliasing.py", "_UpstreamModuleLoader.exec_module"): "an upstream module keeps its own spec",
     ("_lightning_hpu/aliasing.py", "extend_upstream"): "our own packages",
     ("pytorch_lightning/callbacks/hpu_performance.py", "HPUPerformanceMonitor.on_fit_end"): "our report",
-    ("pytorch_lightning/plugins/precision/hpu_fp8.py", "replace_linear_layers"): "the layers of the user's model",
+    ("lightning_fabric/plugins/precision/_fp8_training.py", "replace_linear_layers"): "the layers of the user's model",
     ("pytorch_lightning/strategies/_hpu.py", "_HPUStrategyMixin.from_upstream"): "our strategy instance",
     ("pytorch_lightning/strategies/_hpu_compile.py", "compile_submodules_for_hpu"): "the children of the user's model",
     ("pytorch_lightning/strategies/_sigterm.py", "_TrainingEpochLoop._broadcast_sigterm_tensor"): "our connector",

@@ -3,6 +3,7 @@
 import lightning.fabric.plugins as _upstream
 
 from _lightning_hpu import aliasing as _aliasing
+from lightning_fabric.plugins.io import HPUCheckpointIO
 from lightning_fabric.plugins.precision import (
     HPUDeepSpeedPrecision,
     HPUFP8Precision,
@@ -11,7 +12,6 @@ from lightning_fabric.plugins.precision import (
     HPUMixedPrecision,
     HPUPrecision,
 )
-from pytorch_lightning.plugins.io.hpu import HPUCheckpointIO
 
 __all__ = [
     "HPUCheckpointIO",

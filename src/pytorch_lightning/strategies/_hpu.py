@@ -16,8 +16,8 @@ from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from torch import Tensor
 from torch.distributed import ReduceOp
 
+from lightning_fabric.plugins.io import HPUCheckpointIO
 from pytorch_lightning.accelerators.hpu import HPUAccelerator
-from pytorch_lightning.plugins.io.hpu import HPUCheckpointIO
 from pytorch_lightning.plugins.precision.hpu import HPUPrecisionPlugin
 from pytorch_lightning.strategies._failure import end_ranks_left_alone
 from pytorch_lightning.strategies._hpu_compile import (

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from pytorch_lightning.plugins.precision import hpu_fp8
+from lightning_fabric.plugins.precision import _fp8_training as hpu_fp8
 
 
 @pytest.mark.usefixtures("amx_host")

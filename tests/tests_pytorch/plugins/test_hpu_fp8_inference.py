@@ -15,8 +15,8 @@ from lightning.pytorch.demos.boring_classes import BoringModel
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
 import pytorch_lightning as pl
+from lightning_fabric.plugins.precision import _fp8_inference as hpu_fp8_inference
 from pytorch_lightning.plugins import HPUDeepSpeedPrecisionPlugin, HPUPrecisionPlugin
-from pytorch_lightning.plugins.precision import hpu_fp8_inference
 from tests_pytorch.helpers.runif import variants
 
 pytest.importorskip("neural_compressor.torch.quantization")

@@ -50,7 +50,7 @@ _CALLS = [
 def test_lightning_habana_calls_build_the_plugin_of_their_precision(cls, args, kwargs, precision):
     plugin = cls(*args, **kwargs)
     # Fabric's entry point builds Fabric's plugin of the precision, an HPU plugin like every one of them
-    assert isinstance(plugin, HPUPrecisionPlugin) and plugin.precision == precision and plugin.device == "hpu"
+    assert isinstance(plugin, fabric_plugins.HPUPrecision) and plugin.precision == precision and plugin.device == "hpu"
     if len(args) > 2 and isinstance(args[2], dict):  # lightning-habana 1.4/1.5's positional recipe
         assert plugin.recipe.fp8_format.name == "HYBRID"
     if len(args) > 3 and args[3] or kwargs.get("replace_layers"):

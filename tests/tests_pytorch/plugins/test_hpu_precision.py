@@ -70,7 +70,7 @@ def test_mixed_precision_autocasts_in_training_step(precision, dtype):
 
 def test_legacy_16_is_bf16_mixed_on_every_gaudi(caplog, monkeypatch):
     # Lightning 1.x's `precision=16` on HPU: Habana mixed precision in bf16, said once in the log
-    from pytorch_lightning.plugins.precision import hpu
+    from lightning_fabric.plugins.precision import hpu
 
     monkeypatch.setattr(hpu, "_info_cache", type(hpu._info_cache)())
     with caplog.at_level(logging.INFO):

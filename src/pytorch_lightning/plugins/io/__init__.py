@@ -1,9 +1,10 @@
-"""Upstream's ``lightning.pytorch.plugins.io`` plus Gaudi checkpoint I/O."""
+"""Upstream's ``lightning.pytorch.plugins.io`` plus Gaudi checkpoint I/O (Fabric's, as upstream's ``TorchCheckpointIO``
+serves both)."""
 
 import lightning.pytorch.plugins.io as _upstream
 
 from _lightning_hpu import aliasing as _aliasing
-from pytorch_lightning.plugins.io.hpu import HPUCheckpointIO
+from lightning_fabric.plugins.io import HPUCheckpointIO
 
 __all__ = ["HPUCheckpointIO"]
 
