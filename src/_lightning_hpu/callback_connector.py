@@ -48,7 +48,7 @@ def _use_hpu_progress_bar(trainer: "Trainer") -> None:
     bar the user passed is kept, and none is added where upstream adds none (``enable_progress_bar=False``)."""
     from lightning.pytorch.callbacks import RichProgressBar, TQDMProgressBar
 
-    from pytorch_lightning.accelerators.hpu import HPUAccelerator
+    from lightning_fabric.accelerators.hpu import HPUAccelerator
     from pytorch_lightning.callbacks.hpu_progress import HPURichProgressBar, HPUTQDMProgressBar
 
     bar = trainer.progress_bar_callback
@@ -63,7 +63,7 @@ def _use_hpu_progress_bar(trainer: "Trainer") -> None:
 def _log_hpu_info(trainer: "Trainer") -> None:
     """Whether a Gaudi is available, which, and how many HPUs the run uses, in the form of upstream's GPU and TPU
     lines."""
-    from pytorch_lightning.accelerators.hpu import HPUAccelerator
+    from lightning_fabric.accelerators.hpu import HPUAccelerator
 
     available = HPUAccelerator.is_available()
     kind = f" ({HPUAccelerator.describe()})" if available else ""

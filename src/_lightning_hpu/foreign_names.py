@@ -45,7 +45,7 @@ FOREIGN_NAMES = (
     ForeignName(
         "torch.distributed.init_process_group",
         "torch's function, dropping the `device_id` argument",
-        "pytorch_lightning/strategies/_hpu.py::_unbound_where_torch_binds_cuda_only",
+        "lightning_fabric/strategies/_hpu.py::_unbound_where_torch_binds_cuda_only",
         "before torch 2.7, during upstream's set-up of the process group in each HPU strategy that starts one"
         " process per HPU; restored right after, also on failure",
         "before torch 2.7 a group binds to a CUDA device only and refuses an HPU's `device_id`, which upstream passes;"
@@ -55,7 +55,7 @@ FOREIGN_NAMES = (
     ForeignName(
         "torch.distributed.GroupMember.WORLD.bound_device_id",
         "None: the default group, bound to the rank's HPU by upstream, is left unbound",
-        "pytorch_lightning/strategies/_hpu.py::hccl_process_group",
+        "lightning_fabric/strategies/_hpu.py::hccl_process_group",
         "after upstream's set-up of a process group it created, in each HPU strategy that starts one process per HPU;"
         " for the life of that group",
         "a bound group has torch ask every later group for a backend of that device: gloo serves no HPU, so"

@@ -14,6 +14,7 @@ from lightning.fabric.strategies import STRATEGY_REGISTRY, Strategy
 from _lightning_hpu.flags import HPUFlags
 from _lightning_hpu.precision_choice import PrecisionChoice, PrecisionFamily
 from _lightning_hpu.strategy_choice import StrategyChoice, counterparts
+from lightning_fabric.accelerators.hpu import HPUAccelerator
 from lightning_fabric.plugins.precision import HPUDeepSpeedPrecision, HPUFSDPPrecision, HPUPrecision
 from lightning_fabric.strategies import (
     HPUDeepSpeedStrategy,
@@ -22,9 +23,8 @@ from lightning_fabric.strategies import (
     HPUParallelStrategy,
     SingleHPUStrategy,
 )
-from pytorch_lightning.accelerators.hpu import HPUAccelerator
-from pytorch_lightning.strategies._hpu import _HPUStrategyMixin
-from pytorch_lightning.strategies.hpu_deepspeed import hpu_name_of
+from lightning_fabric.strategies._hpu import _HPUStrategyMixin
+from lightning_fabric.strategies.hpu_deepspeed import hpu_name_of
 
 
 def resolve_hpu_flags(flags: dict[str, Any]) -> dict[str, Any]:

@@ -379,12 +379,18 @@ PRIVATE_NAMES = [
         "virtual_hpu/.../compile_backend/backends.py",
         "hpu_backend",
     ),
-    ("torch", "torch", "_TorchCompileInductorWrapper", "strategies/_hpu_compile.py", "telling inductor apart"),
+    (
+        "torch",
+        "torch",
+        "_TorchCompileInductorWrapper",
+        "lightning_fabric/strategies/_hpu_compile.py",
+        "telling inductor apart",
+    ),
     (
         "lightning",
         "lightning.fabric.wrappers",
         "_capture_compile_kwargs",
-        "strategies/_hpu_compile.py",
+        "lightning_fabric/strategies/_hpu_compile.py",
         "the `_compile_kwargs` Fabric re-applies",
     ),
     (
@@ -401,7 +407,13 @@ PRIVATE_NAMES = [
         "virtual_hpu/.../dynamo/trace_rules.py",
         "the bridge's in-graph hpu stream functions",
     ),
-    ("torch", "torch._dynamo", "OptimizedModule", "strategies/_hpu_compile.py", "finding compiled modules"),
+    (
+        "torch",
+        "torch._dynamo",
+        "OptimizedModule",
+        "lightning_fabric/strategies/_hpu_compile.py",
+        "finding compiled modules",
+    ),
     ("torch", "torch._C", "_has_cuda", "virtual_hpu/__init__.py", "telling a build with another accelerator"),
     ("torch", "torch._C", "_has_xpu", "virtual_hpu/__init__.py", "telling a build with another accelerator"),
     ("torch", "torch._C", "_has_mps", "virtual_hpu/__init__.py", "telling a build with another accelerator"),
@@ -443,32 +455,32 @@ def test_private_names_exist(library, module, name, where, purpose):
         ("lightning.pytorch.trainer.trainer.Trainer", "_signal_connector", "trainer/trainer.py"),
         ("lightning.pytorch.loops.fit_loop._FitLoop", "epoch_loop", "trainer/trainer.py"),
         # Fabric wraps the module it compiled again; `_hpu_compile` replaces it as it is registered
-        ("lightning.fabric.wrappers._FabricModule", "_forward_module", "strategies/_hpu_compile.py"),
-        ("torch._dynamo.eval_frame._TorchDynamoContext", "_dynamic", "strategies/_hpu_compile.py"),
+        ("lightning.fabric.wrappers._FabricModule", "_forward_module", "lightning_fabric/strategies/_hpu_compile.py"),
+        ("torch._dynamo.eval_frame._TorchDynamoContext", "_dynamic", "lightning_fabric/strategies/_hpu_compile.py"),
         pytest.param(
             "torch._dynamo.eval_frame._TorchDynamoContext",
             "fullgraph",
-            "strategies/_hpu_compile.py",
+            "lightning_fabric/strategies/_hpu_compile.py",
             marks=pytest.mark.skipif(torch_support.installed() < (2, 9), reason="set from torch 2.9"),
         ),
         # what a compile wrapper wraps: renamed in torch 2.9
         pytest.param(
             "torch._dynamo.convert_frame.ConvertFrameAssert",
             "_torchdynamo_orig_backend",
-            "strategies/_hpu_compile.py",
+            "lightning_fabric/strategies/_hpu_compile.py",
             marks=pytest.mark.skipif(torch_support.installed() < (2, 9), reason="the name from torch 2.9"),
         ),
         pytest.param(
             "torch._dynamo.convert_frame.ConvertFrameAssert",
             "_torchdynamo_orig_callable",
-            "strategies/_hpu_compile.py",
+            "lightning_fabric/strategies/_hpu_compile.py",
             marks=pytest.mark.skipif(torch_support.installed() >= (2, 9), reason="the name before torch 2.9"),
         ),
         # the inference engine's dtype, which the precision plugin casts inputs to
         ("deepspeed.inference.engine.InferenceEngine", "_config", "strategies/hpu_deepspeed.py"),
         # a compiled module's original and its compile context, read to compile it again for HPU
-        ("torch._dynamo.eval_frame.OptimizedModule", "_orig_mod", "strategies/_hpu_compile.py"),
-        ("torch._dynamo.eval_frame.OptimizedModule", "dynamo_ctx", "strategies/_hpu_compile.py"),
+        ("torch._dynamo.eval_frame.OptimizedModule", "_orig_mod", "lightning_fabric/strategies/_hpu_compile.py"),
+        ("torch._dynamo.eval_frame.OptimizedModule", "dynamo_ctx", "lightning_fabric/strategies/_hpu_compile.py"),
         # the function an instance converted to the HPU strategy is built with
         (
             "lightning.fabric.strategies.ModelParallelStrategy",
@@ -578,8 +590,8 @@ _OWN_OBJECTS = {
     ("_lightning_hpu/aliasing.py", "extend_upstream"): "our own packages",
     ("pytorch_lightning/callbacks/hpu_performance.py", "HPUPerformanceMonitor.on_fit_end"): "our report",
     ("lightning_fabric/plugins/precision/_fp8_training.py", "replace_linear_layers"): "the layers of the user's model",
-    ("pytorch_lightning/strategies/_hpu.py", "_HPUStrategyMixin.from_upstream"): "our strategy instance",
-    ("pytorch_lightning/strategies/_hpu_compile.py", "compile_submodules_for_hpu"): "the children of the user's model",
+    ("lightning_fabric/strategies/_hpu.py", "_HPUStrategyMixin.from_upstream"): "our strategy instance",
+    ("lightning_fabric/strategies/_hpu_compile.py", "compile_submodules_for_hpu"): "the children of the user's model",
     ("pytorch_lightning/strategies/_sigterm.py", "_TrainingEpochLoop._broadcast_sigterm_tensor"): "our connector",
     ("pytorch_lightning/trainer/_compiled.py", "keep_logging_eager"): "the user's LightningModule",
     ("pytorch_lightning/trainer/trainer.py", "Trainer"): "our Trainer's __init__",

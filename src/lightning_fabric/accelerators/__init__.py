@@ -1,10 +1,10 @@
-"""Upstream's ``lightning.fabric.accelerators`` plus the Intel Gaudi accelerator, the same class the Trainer uses."""
+"""Upstream's ``lightning.fabric.accelerators`` plus the Intel Gaudi accelerator, the base of the Trainer's."""
 
 import lightning.fabric.accelerators as _upstream
 from lightning.fabric.accelerators import ACCELERATOR_REGISTRY
 
 from _lightning_hpu import aliasing as _aliasing
-from pytorch_lightning.accelerators.hpu import HPUAccelerator
+from lightning_fabric.accelerators.hpu import HPUAccelerator
 
 __all__ = ["HPUAccelerator"]
 

@@ -3,15 +3,21 @@
 from typing import Any, Optional
 
 from lightning.fabric.strategies import DeepSpeedStrategy, _StrategyRegistry
+from lightning.fabric.utilities.exceptions import MisconfigurationException
+from lightning.fabric.utilities.rank_zero import rank_zero_info
 from typing_extensions import override
 
-from pytorch_lightning.strategies._hpu import _HPUParallelDevicesMixin, _HPUStrategyMixin
-from pytorch_lightning.strategies.hpu_deepspeed import (
-    PRESETS,
-    engine_in_bf16_for_fp8,
-    refuse_nvme,
-    use_deepspeed_hpu_accelerator,
-)
+from lightning_fabric.strategies._hpu import _HPUParallelDevicesMixin, _HPUStrategyMixin
+
+# (name suffix, arguments) of the ZeRO presets, as upstream registers them for CUDA without the NVMe one
+PRESETS: dict[str, dict[str, Any]] = {
+    "": {},
+    "_stage_1": {"stage": 1},
+    "_stage_2": {"stage": 2},
+    "_stage_2_offload": {"stage": 2, "offload_optimizer": True},
+    "_stage_3": {"stage": 3},
+    "_stage_3_offload": {"stage": 3, "offload_optimizer": True, "offload_parameters": True},
+}
 
 
 class HPUDeepSpeedStrategy(_HPUStrategyMixin, _HPUParallelDevicesMixin, DeepSpeedStrategy):
@@ -62,3 +68,55 @@ class HPUDeepSpeedStrategy(_HPUStrategyMixin, _HPUParallelDevicesMixin, DeepSpee
                 description=f"Fabric DeepSpeed on HPUs {arguments or 'with its default ZeRO stage 2'}",
                 **arguments,
             )
+
+
+def hpu_name_of(name: str) -> Optional[str]:
+    """The HPU strategy name for one of upstream's DeepSpeed names (``"deepspeed_stage_2"``), or ``None``.
+
+    Raises for the NVMe presets, before any work."""
+    if name.startswith(("deepspeed", HPUDeepSpeedStrategy.strategy_name)) and name.endswith("_nvme"):
+        _raise_nvme(f"strategy={name!r}")
+    if not name.startswith("deepspeed"):
+        return None
+    suffix = name[len("deepspeed") :]
+    return f"{HPUDeepSpeedStrategy.strategy_name}{suffix}" if suffix in PRESETS else None
+
+
+def engine_in_bf16_for_fp8(config: dict[str, Any], precision: str) -> None:
+    """Under fp8 DeepSpeed's engine trains in bf16 (upstream's config formatting knows no "fp8")."""
+    if precision == "fp8" and "bf16" not in config:
+        rank_zero_info("fp8: DeepSpeed's engine holds the model in bf16, Transformer Engine modules compute in fp8")
+        config["bf16"] = {"enabled": True}
+
+
+def use_deepspeed_hpu_accelerator() -> None:
+    """DeepSpeed picks its accelerator once, when first imported; if that happened before ``habana_frameworks`` was
+    importable it chose the CPU, and every engine would then place its buffers there."""
+    from deepspeed.accelerator import get_accelerator, set_accelerator
+
+    if get_accelerator().device_name() != "hpu":
+        from deepspeed.accelerator.hpu_accelerator import HPU_Accelerator
+
+        set_accelerator(HPU_Accelerator())
+
+
+def refuse_nvme(config: Optional[dict[str, Any]], arguments: dict[str, Any]) -> None:
+    if arguments.get("remote_device") == "nvme":
+        _raise_nvme("remote_device='nvme'")
+    for argument in ("offload_params_device", "offload_optimizer_device"):
+        if arguments.get(argument) == "nvme" and (
+            arguments.get("offload_parameters" if argument == "offload_params_device" else "offload_optimizer")
+        ):
+            _raise_nvme(f"{argument}='nvme'")
+    zero = (config or {}).get("zero_optimization") or {}
+    for section in ("offload_param", "offload_optimizer"):
+        if (zero.get(section) or {}).get("device") == "nvme":
+            _raise_nvme(f'a DeepSpeed config with "zero_optimization": {{"{section}": {{"device": "nvme"}}}}')
+
+
+def _raise_nvme(what: str) -> None:
+    raise MisconfigurationException(
+        f"`{what}` offloads to NVMe, which DeepSpeed cannot do on HPUs (it has no asynchronous I/O for Gaudi)."
+        " Offload to host memory instead: `offload_optimizer=True`, `offload_parameters=True` with the device 'cpu'"
+        ' (the \'_offload\' presets), or `"device": "cpu"` in the config.'
+    )

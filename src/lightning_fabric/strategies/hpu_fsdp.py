@@ -5,16 +5,10 @@ from typing import Any, Optional
 from lightning.fabric.strategies import FSDPStrategy, _StrategyRegistry
 from typing_extensions import override
 
-from pytorch_lightning.strategies._hpu import (
+from lightning_fabric.strategies._hpu import (
     _HPUParallelDevicesMixin,
     _HPUStrategyMixin,
     hccl_process_group,
-)
-from pytorch_lightning.strategies.hpu_fsdp import (
-    put_hpu_mesh,
-    refuse_device_id,
-    refuse_replicas_without_shards,
-    take_mesh_shape,
 )
 
 
@@ -57,4 +51,56 @@ class HPUFSDPStrategy(_HPUStrategyMixin, _HPUParallelDevicesMixin, FSDPStrategy)
             cls,
             description="Fabric FSDP on HPUs over HCCL, parameters offloaded to host memory",
             cpu_offload=True,
+        )
+
+
+def take_mesh_shape(fsdp_kwargs: dict[str, Any]) -> Optional[tuple[int, ...]]:
+    """A ``device_mesh`` given as a shape, taken out of FSDP's arguments before upstream's set-up, which builds it on
+    CUDA; :func:`put_hpu_mesh` builds it on HPUs once the processes have met."""
+    return fsdp_kwargs.pop("device_mesh") if isinstance(fsdp_kwargs.get("device_mesh"), tuple) else None
+
+
+def put_hpu_mesh(
+    fsdp_kwargs: dict[str, Any],
+    mesh_shape: Optional[tuple[int, ...]],
+    sharding_strategy: str,
+    num_nodes: int,
+    devices_per_node: int,
+) -> None:
+    """The HPU mesh FSDP runs over: the shape given, or by default one dimension over every rank, and for hybrid
+    sharding (nodes, devices per node): shards within a node, replicas across nodes.
+
+    With a mesh FSDP's sharded state dicts hold DTensors; without one, torch's ShardedTensor, which asks CUDA for its
+    device on a rank that holds none of a tensor (any backend but gloo). Without a mesh, hybrid sharding would size its
+    groups by the HPUs of the node, not those of the run, and fail with fewer (``devices=2`` on an 8-card node).
+    Explicit process groups are kept.
+    """
+    if mesh_shape is None and "device_mesh" not in fsdp_kwargs and fsdp_kwargs.get("process_group") is None:
+        hybrid = "HYBRID" in sharding_strategy
+        mesh_shape = (num_nodes, devices_per_node) if hybrid else (num_nodes * devices_per_node,)
+        refuse_replicas_without_shards(sharding_strategy, mesh_shape)
+    if mesh_shape is not None:
+        from torch.distributed.device_mesh import init_device_mesh
+
+        fsdp_kwargs["device_mesh"] = init_device_mesh("hpu", mesh_shape)
+
+
+def refuse_device_id(owner: str, fsdp_kwargs: dict[str, Any]) -> None:
+    """FSDP's ``device_id`` is each process's own HPU, which the strategy gives it."""
+    if "device_id" in fsdp_kwargs:
+        raise ValueError(
+            f"`{owner}(device_id={fsdp_kwargs['device_id']!r})`: the strategy gives FSDP each process's own HPU"
+            " as its device. Remove `device_id`; choose the HPUs with `devices=...`."
+        )
+
+
+def refuse_replicas_without_shards(sharding_strategy: str, mesh: Any) -> None:
+    """Torch runs ``HYBRID_SHARD`` over a mesh ``(N, 1)`` as ``NO_SHARD`` within one-rank groups, which never reduces
+    gradients across the N replicas: each rank would train alone."""
+    shape = tuple(mesh) if isinstance(mesh, tuple) else tuple(getattr(mesh, "shape", ()))
+    if "HYBRID" in sharding_strategy and len(shape) == 2 and shape[0] > 1 and shape[1] == 1:
+        raise ValueError(
+            f"`HPUFSDPStrategy(sharding_strategy={sharding_strategy!r}, device_mesh={shape})` would replicate the model"
+            f" {shape[0]} times without ever reducing across the replicas (one rank per shard group). Give the mesh as"
+            " (replicas, ranks per replica) with more than one rank per replica, e.g. (nodes, devices per node)."
         )

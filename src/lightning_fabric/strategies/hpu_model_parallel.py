@@ -8,7 +8,7 @@ from torch.nn import Module
 from torch.optim import Optimizer
 from typing_extensions import override
 
-from pytorch_lightning.strategies._hpu import (
+from lightning_fabric.strategies._hpu import (
     _HPUParallelDevicesMixin,
     _HPUStrategyMixin,
     hccl_process_group,

@@ -5,7 +5,7 @@ from typing import Any, Optional
 from lightning.fabric.strategies import DDPStrategy, _StrategyRegistry
 from typing_extensions import override
 
-from pytorch_lightning.strategies._hpu import (
+from lightning_fabric.strategies._hpu import (
     _HPUParallelDevicesMixin,
     _HPUStrategyMixin,
     hccl_ddp_names,

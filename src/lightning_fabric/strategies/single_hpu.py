@@ -9,7 +9,7 @@ from lightning.fabric.strategies import SingleDeviceStrategy, _StrategyRegistry
 from lightning.fabric.utilities.types import _DEVICE
 from typing_extensions import override
 
-from pytorch_lightning.strategies._hpu import _HPUStrategyMixin, single_hpu_device
+from lightning_fabric.strategies._hpu import _HPUStrategyMixin, single_hpu_device
 
 
 class SingleHPUStrategy(_HPUStrategyMixin, SingleDeviceStrategy):

@@ -15,19 +15,16 @@ from torch import Tensor
 from torch.nn import Module
 from typing_extensions import override
 
+from lightning_fabric.strategies._hpu import _HPUParallelDevicesMixin
+from lightning_fabric.strategies.hpu_deepspeed import (
+    PRESETS,
+    engine_in_bf16_for_fp8,
+    refuse_nvme,
+    use_deepspeed_hpu_accelerator,
+)
 from pytorch_lightning.plugins.precision.hpu import HPUPrecisionPlugin
 from pytorch_lightning.plugins.precision.hpu_deepspeed import HPUDeepSpeedPrecisionPlugin
-from pytorch_lightning.strategies._hpu import _HPUParallelDevicesMixin, _HPUTrainerStrategyMixin
-
-# (name suffix, arguments) of the ZeRO presets, as upstream registers them for CUDA without the NVMe one
-PRESETS: dict[str, dict[str, Any]] = {
-    "": {},
-    "_stage_1": {"stage": 1},
-    "_stage_2": {"stage": 2},
-    "_stage_2_offload": {"stage": 2, "offload_optimizer": True},
-    "_stage_3": {"stage": 3},
-    "_stage_3_offload": {"stage": 3, "offload_optimizer": True, "offload_parameters": True},
-}
+from pytorch_lightning.strategies._hpu import _HPUTrainerStrategyMixin
 
 
 class HPUDeepSpeedStrategy(_HPUTrainerStrategyMixin, _HPUParallelDevicesMixin, DeepSpeedStrategy):
@@ -170,18 +167,6 @@ class HPUDeepSpeedStrategy(_HPUTrainerStrategyMixin, _HPUParallelDevicesMixin, D
             )
 
 
-def hpu_name_of(name: str) -> Optional[str]:
-    """The HPU strategy name for one of upstream's DeepSpeed names (``"deepspeed_stage_2"``), or ``None``.
-
-    Raises for the NVMe presets, before any work."""
-    if name.startswith(("deepspeed", HPUDeepSpeedStrategy.strategy_name)) and name.endswith("_nvme"):
-        _raise_nvme(f"strategy={name!r}")
-    if not name.startswith("deepspeed"):
-        return None
-    suffix = name[len("deepspeed") :]
-    return f"{HPUDeepSpeedStrategy.strategy_name}{suffix}" if suffix in PRESETS else None
-
-
 def _inference_arguments(kwargs: dict[str, Any]) -> dict[str, Any]:
     """Take the arguments of ``deepspeed.init_inference`` out of ``kwargs``; any other argument upstream's strategy
     does not take is refused, naming both lists."""
@@ -199,43 +184,3 @@ def _inference_arguments(kwargs: dict[str, Any]) -> dict[str, Any]:
             f" inference, those of `deepspeed.init_inference` ({', '.join(sorted(inference))})."
         )
     return {name: kwargs.pop(name) for name in extra}
-
-
-def engine_in_bf16_for_fp8(config: dict[str, Any], precision: str) -> None:
-    """Under fp8 DeepSpeed's engine trains in bf16 (upstream's config formatting knows no "fp8")."""
-    if precision == "fp8" and "bf16" not in config:
-        rank_zero_info("fp8: DeepSpeed's engine holds the model in bf16, Transformer Engine modules compute in fp8")
-        config["bf16"] = {"enabled": True}
-
-
-def use_deepspeed_hpu_accelerator() -> None:
-    """DeepSpeed picks its accelerator once, when first imported; if that happened before ``habana_frameworks`` was
-    importable it chose the CPU, and every engine would then place its buffers there."""
-    from deepspeed.accelerator import get_accelerator, set_accelerator
-
-    if get_accelerator().device_name() != "hpu":
-        from deepspeed.accelerator.hpu_accelerator import HPU_Accelerator
-
-        set_accelerator(HPU_Accelerator())
-
-
-def refuse_nvme(config: Optional[dict[str, Any]], arguments: dict[str, Any]) -> None:
-    if arguments.get("remote_device") == "nvme":
-        _raise_nvme("remote_device='nvme'")
-    for argument in ("offload_params_device", "offload_optimizer_device"):
-        if arguments.get(argument) == "nvme" and (
-            arguments.get("offload_parameters" if argument == "offload_params_device" else "offload_optimizer")
-        ):
-            _raise_nvme(f"{argument}='nvme'")
-    zero = (config or {}).get("zero_optimization") or {}
-    for section in ("offload_param", "offload_optimizer"):
-        if (zero.get(section) or {}).get("device") == "nvme":
-            _raise_nvme(f'a DeepSpeed config with "zero_optimization": {{"{section}": {{"device": "nvme"}}}}')
-
-
-def _raise_nvme(what: str) -> None:
-    raise MisconfigurationException(
-        f"`{what}` offloads to NVMe, which DeepSpeed cannot do on HPUs (it has no asynchronous I/O for Gaudi)."
-        " Offload to host memory instead: `offload_optimizer=True`, `offload_parameters=True` with the device 'cpu'"
-        ' (the \'_offload\' presets), or `"device": "cpu"` in the config.'
-    )

@@ -8,12 +8,8 @@ from lightning.pytorch.strategies import ModelParallelStrategy
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from typing_extensions import override
 
-from pytorch_lightning.strategies._hpu import (
-    _HPUParallelDevicesMixin,
-    _HPUTrainerStrategyMixin,
-    hccl_process_group,
-    sum_fsdp2_gradients,
-)
+from lightning_fabric.strategies._hpu import _HPUParallelDevicesMixin, hccl_process_group, sum_fsdp2_gradients
+from pytorch_lightning.strategies._hpu import _HPUTrainerStrategyMixin
 
 
 class HPUModelParallelStrategy(_HPUTrainerStrategyMixin, _HPUParallelDevicesMixin, ModelParallelStrategy):

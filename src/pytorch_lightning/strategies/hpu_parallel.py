@@ -8,13 +8,9 @@ from lightning.pytorch.strategies.ddp import DDPStrategy
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from typing_extensions import override
 
+from lightning_fabric.strategies._hpu import _HPUParallelDevicesMixin, hccl_ddp_names, hccl_process_group
 from pytorch_lightning.plugins.precision.hpu import HPUPrecisionPlugin
-from pytorch_lightning.strategies._hpu import (
-    _HPUParallelDevicesMixin,
-    _HPUTrainerStrategyMixin,
-    hccl_ddp_names,
-    hccl_process_group,
-)
+from pytorch_lightning.strategies._hpu import _HPUTrainerStrategyMixin
 
 
 class HPUParallelStrategy(_HPUTrainerStrategyMixin, _HPUParallelDevicesMixin, DDPStrategy):

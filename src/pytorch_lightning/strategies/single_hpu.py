@@ -10,7 +10,8 @@ from lightning.pytorch.plugins.precision import Precision
 from lightning.pytorch.strategies.single_device import SingleDeviceStrategy
 from typing_extensions import override
 
-from pytorch_lightning.strategies._hpu import _HPUTrainerStrategyMixin, single_hpu_device
+from lightning_fabric.strategies._hpu import single_hpu_device
+from pytorch_lightning.strategies._hpu import _HPUTrainerStrategyMixin
 
 
 class SingleHPUStrategy(_HPUTrainerStrategyMixin, SingleDeviceStrategy):

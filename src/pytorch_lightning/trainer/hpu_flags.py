@@ -23,13 +23,14 @@ from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from _lightning_hpu.flags import HPUFlags
 from _lightning_hpu.precision_choice import PrecisionChoice, PrecisionFamily
 from _lightning_hpu.strategy_choice import StrategyChoice, counterparts
+from lightning_fabric.strategies.hpu_deepspeed import hpu_name_of
 from pytorch_lightning.accelerators.hpu import HPUAccelerator
 from pytorch_lightning.plugins.precision.hpu import HPUPrecisionPlugin
 from pytorch_lightning.plugins.precision.hpu_deepspeed import HPUDeepSpeedPrecisionPlugin
 from pytorch_lightning.plugins.precision.hpu_fsdp import HPUFSDPPrecision
 from pytorch_lightning.profilers.hpu import HPUProfiler
 from pytorch_lightning.strategies._hpu import _HPUTrainerStrategyMixin
-from pytorch_lightning.strategies.hpu_deepspeed import HPUDeepSpeedStrategy, hpu_name_of
+from pytorch_lightning.strategies.hpu_deepspeed import HPUDeepSpeedStrategy
 from pytorch_lightning.strategies.hpu_fsdp import HPUFSDPStrategy
 from pytorch_lightning.strategies.hpu_model_parallel import HPUModelParallelStrategy
 from pytorch_lightning.strategies.hpu_parallel import HPUParallelStrategy

@@ -12,9 +12,9 @@ import pytest
 import torch
 from lightning.fabric.strategies import DDPStrategy, DeepSpeedStrategy, FSDPStrategy, SingleDeviceStrategy
 
+from lightning_fabric.accelerators import HPUAccelerator
 from lightning_fabric.plugins.precision import HPUFSDPPrecision, HPUPrecision
 from lightning_fabric.strategies import HPUDeepSpeedStrategy, HPUFSDPStrategy, HPUParallelStrategy, SingleHPUStrategy
-from pytorch_lightning.accelerators import HPUAccelerator
 from tests_pytorch.helpers.processes import free_port
 
 FABRIC = Path(sys.executable).with_name("fabric")

@@ -19,10 +19,10 @@ from torch import nn
 
 import lightning_fabric
 from _lightning_hpu.connector import HPUConnector
+from lightning_fabric.accelerators import HPUAccelerator
 from lightning_fabric.plugins.io import HPUCheckpointIO
 from lightning_fabric.plugins.precision import HPUDeepSpeedPrecision, HPUPrecision
 from lightning_fabric.strategies import HPUDeepSpeedStrategy, SingleHPUStrategy
-from pytorch_lightning.accelerators import HPUAccelerator
 from tests_pytorch.helpers import fabric_run
 from tests_pytorch.helpers.processes import free_port, rank_results
 from tests_pytorch.helpers.runif import VARIANT, RunIf

@@ -13,9 +13,9 @@ from habana_frameworks.torch.hpu.metrics import metric_global
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
 import pytorch_lightning as pl
+from lightning_fabric.strategies._hpu_compile import hpu_compile_arguments
 from pytorch_lightning.accelerators import HPUAccelerator
 from pytorch_lightning.strategies import SingleHPUStrategy
-from pytorch_lightning.strategies._hpu_compile import hpu_compile_arguments
 from tests_pytorch.helpers import compiled_run
 
 pytestmark = pytest.mark.usefixtures("fresh_compilation_state")

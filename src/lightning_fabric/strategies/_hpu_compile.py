@@ -19,8 +19,8 @@ compiles its own graphs, a module compiled with inductor runs uncompiled, logged
 from typing import Any, Callable, Optional
 
 import torch
-from lightning.pytorch.utilities.exceptions import MisconfigurationException
-from lightning.pytorch.utilities.rank_zero import rank_zero_info
+from lightning.fabric.utilities.exceptions import MisconfigurationException
+from lightning.fabric.utilities.rank_zero import rank_zero_info
 
 HPU_BACKEND = "hpu_backend"
 # arguments of ``torch.compile`` that only inductor reads
@@ -103,26 +103,6 @@ def _wrapped_chain(callback: Any) -> list[Any]:
     while (attribute := next((name for name in _WRAPPED if hasattr(chain[-1], name)), None)) is not None:
         chain.append(getattr(chain[-1], attribute))
     return chain
-
-
-def run_lightning_module_for_hpu(module: Any) -> None:
-    """For the Trainer's HPU strategies: have a compiled LightningModule (``_compiler_ctx`` set by the Trainer) run
-    with the backend chosen above, recompiling it with Lightning's ``to_uncompiled`` / ``from_compiled``."""
-    from lightning.pytorch.utilities.compile import from_compiled, to_uncompiled
-
-    from pytorch_lightning.trainer._compiled import keep_logging_eager
-
-    context = getattr(module, "_compiler_ctx", None)
-    if context is None:
-        return
-    recorded = recorded_arguments(context["dynamo_ctx"])
-    arguments = hpu_compile_arguments(recorded, is_lazy())
-    if arguments is not recorded:
-        to_uncompiled(module)
-        if arguments is not None:
-            from_compiled(torch.compile(module, **arguments))
-    # upstream's Trainer, which `lightning.Trainer` is, leaves `log` compiled
-    keep_logging_eager(module)
 
 
 def compile_submodules_for_hpu(module: torch.nn.Module) -> None:
