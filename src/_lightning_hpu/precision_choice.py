@@ -80,6 +80,14 @@ class PrecisionChoice:
     def as_hpu_plugin(self, plugin: Any, family: type[Any]) -> Any:
         """The HPU plugin for a precision plugin passed in ``plugins``; upstream's own ones where they mean the same."""
         special = tuple(row.plugin for row in self.families)
+        if isinstance(plugin, self.hpu_base) and plugin._owner != self.owner:
+            # the Trainer's plugins derive from Fabric's but run the Trainer's hooks, which Fabric never calls
+            raise self.error(
+                f"`plugins=[{type(plugin).__name__}(...)]` is the {plugin._owner}'s precision plugin"
+                f" (`{type(plugin).__module__}`) and does not run under {self.owner}. Pass"
+                f" `{family.__name__}(precision=...)` from `{family.__module__.rsplit('.', 1)[0]}` instead, or use the"
+                " `precision` flag."
+            )
         if isinstance(plugin, self.hpu_base) and (
             isinstance(plugin, family) if family in special else not isinstance(plugin, special)
         ):

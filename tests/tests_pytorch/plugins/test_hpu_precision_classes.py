@@ -2,6 +2,7 @@
 configured by their constructor alone: building one changes nothing in the process (op lists handed to the bridge
 before it loads aside, see ``test_hpu_op_lists.py``)."""
 
+import importlib
 import os
 import subprocess
 import sys
@@ -123,6 +124,20 @@ def test_a_trainer_refusing_its_flags_leaves_no_plugin_without_its_own_class():
         pl.Trainer(accelerator="hpu", devices=1, plugins=[HPUDeepSpeedPrecisionPlugin("bf16-mixed")], logger=False)
     with pytest.raises(MisconfigurationException, match=r"Pass `HPUDeepSpeedPrecisionPlugin\(precision=...\)`"):
         pl.Trainer(accelerator="hpu", devices=1, strategy="hpu_deepspeed", plugins=[HPUMixedPrecision()], logger=False)
+
+
+@pytest.mark.parametrize("fabric_class", ["lightning_fabric.Fabric", "lightning.Fabric"])
+@pytest.mark.parametrize(
+    ("plugin", "ours"),
+    [(HPUMixedPrecision, "HPUPrecision"), (HPUDeepSpeedPrecisionPlugin, "HPUDeepSpeedPrecision")],
+)
+def test_fabric_refuses_the_trainers_plugins_naming_its_own(fabric_class, plugin, ours):
+    """The Trainer's plugins derive from Fabric's but run the Trainer's hooks, which Fabric never calls."""
+    module, name = fabric_class.rsplit(".", 1)
+    fabric = getattr(importlib.import_module(module), name)
+    strategy = "deepspeed" if "DeepSpeed" in ours else "auto"
+    with pytest.raises(ValueError, match=rf"is the Trainer's precision plugin .* Pass `{ours}\(precision=...\)`"):
+        fabric(accelerator="hpu", devices=1, strategy=strategy, plugins=[plugin("bf16-mixed")])
 
 
 def test_building_a_plugin_changes_nothing_in_the_process(tmp_path, monkeypatch):

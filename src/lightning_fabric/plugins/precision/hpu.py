@@ -78,6 +78,8 @@ class HPUPrecision(Precision, metaclass=_BuiltByPrecision):
     device = "hpu"
     # how users build this family of plugins, for messages
     _entry_point = "HPUPrecision"
+    # the entry point whose flags and hooks this family of plugins serves: the Trainer's derive from Fabric's
+    _owner = "Fabric"
     # this entry point's classes by the precision they run, filled in as they are defined (``__init_subclass__``)
     _by_precision: dict[str, type["HPUPrecision"]] = {}
     # what the current run measures for fp8 inference, and whether it failed

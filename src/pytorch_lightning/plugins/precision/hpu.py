@@ -23,6 +23,7 @@ class HPUPrecisionPlugin(Precision, HPUPrecision):
     """
 
     _entry_point = "HPUPrecisionPlugin"
+    _owner = "Trainer"
     _by_precision: dict[str, type[Any]] = {}
 
     @override
