@@ -170,14 +170,15 @@ def _profiler_takes_hpu_activity() -> None:
 
 
 def _dtensor_random_ops_in_philox_context() -> None:
-    """From torch 2.15, DTensor runs a random op on the accelerator through ``run_dtensor_rng_op``, which reads and
+    """Where torch has ``run_dtensor_rng_op`` (2.13 has, 2.11 has not), DTensor runs a random op on the accelerator
+    through it; it reads and
     writes the device's generator state as a philox (seed, offset) pair, as CUDA's is; a Gaudi's state is that pair
     only inside ``set_rng_ctx("philox")``, which torch enters for hpu on its other path (``_distribute_region``) and
     not on this one. Here torch's kernel runs inside that context."""
     from torch._C import DispatchKey
     from torch._prims import rng_prims
 
-    if not hasattr(rng_prims, "run_dtensor_rng_op"):  # before torch 2.15
+    if not hasattr(rng_prims, "run_dtensor_rng_op"):  # an older torch
         return
     op = rng_prims.run_dtensor_rng_op
     torch_kernel = op.py_kernels[DispatchKey.BackendSelect]

@@ -30,6 +30,9 @@ class ForeignName(NamedTuple):
     off_switch: str
     #: ``"rebound"`` (the owner has the name; it is replaced) or ``"added"`` (the owner lacks it; it is added)
     kind: str = "rebound"
+    #: the first torch release known to have the target, where older ones of the supported range lack it (and the
+    #: change is not made there); empty where every supported release has it
+    since: str = ""
 
 
 _ACTIVATION = "virtual_hpu/__init__.py"
@@ -70,11 +73,12 @@ FOREIGN_NAMES = (
         "torch._prims.rng_prims.run_dtensor_rng_op.py_kernels",
         "its BackendSelect kernel: torch's, run inside `set_rng_ctx('philox')`",
         f"{_ACTIVATION}::_dtensor_random_ops_in_philox_context",
-        "at activation, from torch 2.15 (which added the operator); for the process",
+        "at activation, where torch has the operator (2.13 has, 2.11 has not); for the process",
         "DTensor's random ops on the accelerator read and write its generator state as a philox (seed, offset) pair;"
         " a Gaudi gives that pair inside `set_rng_ctx('philox')`, which torch enters for hpu only on its other path:"
-        " without it random initialisation of a DTensor on hpu fails",
+        " without it random initialisation of a DTensor on hpu fails (seen on torch 2.15)",
         _NOT_ACTIVATED,
+        since="2.13",
     ),
     ForeignName(
         "torch.distributed.ProcessGroupGloo.perform_nocolor_split",
