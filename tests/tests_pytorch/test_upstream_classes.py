@@ -55,6 +55,7 @@ BASES = [
     (hpu_fabric_plugins.HPUMixedPrecision, fabric_plugins.MixedPrecision),
     (hpu_fabric_plugins.HPUHalfPrecision, fabric_plugins.HalfPrecision),
     (hpu_fabric_plugins.HPUFP8Precision, fabric_plugins.MixedPrecision),
+    (hpu_fabric_plugins.HPUFP8InferencePrecision, fabric_plugins.Precision),
     (hpu_fabric_plugins.HPUFSDPPrecision, fabric_plugins.FSDPPrecision),
     (hpu_fabric_plugins.HPUDeepSpeedPrecision, fabric_plugins.DeepSpeedPrecision),
 ]

@@ -140,5 +140,6 @@ def _needs_an_hpu_strategy(problem: str) -> str:
     return (
         f"`HPUAccelerator` trains only under an HPU strategy, but {problem}. The Trainer and Fabric (`lightning`'s and"
         " `pytorch_lightning`'s alike) choose one for `accelerator='hpu'`; elsewhere, pass one of"
-        " `pytorch_lightning.strategies` (`SingleHPUStrategy()`, `HPUParallelStrategy()`, ...) explicitly."
+        " `lightning_fabric.strategies` to Fabric or of `pytorch_lightning.strategies` to the Trainer"
+        " (`SingleHPUStrategy()`, `HPUParallelStrategy()`, ...) explicitly."
     )

@@ -6,6 +6,7 @@ from _lightning_hpu import aliasing as _aliasing
 from lightning_fabric.plugins.io import HPUCheckpointIO
 from lightning_fabric.plugins.precision import (
     HPUDeepSpeedPrecision,
+    HPUFP8InferencePrecision,
     HPUFP8Precision,
     HPUFSDPPrecision,
     HPUHalfPrecision,
@@ -16,6 +17,7 @@ from lightning_fabric.plugins.precision import (
 __all__ = [
     "HPUCheckpointIO",
     "HPUDeepSpeedPrecision",
+    "HPUFP8InferencePrecision",
     "HPUFP8Precision",
     "HPUFSDPPrecision",
     "HPUHalfPrecision",

@@ -124,6 +124,9 @@ def test_devices_are_set_up_only_for_an_hpu_strategy(device, problem):
         HPUAccelerator().setup_device(torch.device(device))
     assert problem in str(refusal.value)
     assert "`lightning`'s and `pytorch_lightning`'s alike) choose one for `accelerator='hpu'`" in str(refusal.value)
+    assert "`lightning_fabric.strategies` to Fabric or of `pytorch_lightning.strategies` to the Trainer" in str(
+        refusal.value
+    )
 
 
 @pytest.mark.parametrize(("strategy", "expected"), [({}, "SingleHPUStrategy")], ids=["auto"])

@@ -318,3 +318,36 @@ def test_fp8_inference_by_constructor_measures_then_quantizes_at_set_up(tmp_path
     bf16, fp8 = torch.load(tmp_path / "measure.pt"), torch.load(tmp_path / "quantize.pt")
     assert not torch.equal(bf16, fp8)
     assert (fp8 - bf16).abs().max() <= 0.1 * bf16.abs().max()
+
+
+_FABRIC_INFERENCE = """
+import sys, torch
+import lightning as L
+from lightning_fabric.plugins import HPUFP8InferencePrecision
+
+plugin = HPUFP8InferencePrecision(quant=sys.argv[1] == 'quantize', fp8_data_path=sys.argv[2])
+fabric = L.Fabric(accelerator="hpu", devices=1, plugins=[plugin])
+torch.manual_seed(0)
+model = fabric.setup_module(torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 2)))
+with torch.no_grad():
+    out = torch.cat([model(fabric.to_device(torch.randn(8, 32))) for _ in range(4)]).float().cpu()
+fabric.strategy.teardown()  # the run ends: a measurement is written
+torch.save(out, sys.argv[1] + '.pt')
+print('prepared', type(model.module[0]).__name__)
+"""
+
+
+def test_fabric_measures_then_quantizes_with_its_plugin(tmp_path):
+    """Fabric's ``HPUFP8InferencePrecision``: ``setup_module`` prepares the model, the strategy's teardown writes the
+    measurements, a later process quantizes from them."""
+    script = tmp_path / "fabric_fp8.py"
+    script.write_text(_FABRIC_INFERENCE)
+    folder = str(tmp_path / "fp8")
+    measured = _run([str(script), "measure", folder], cwd=tmp_path)
+    assert "prepared PatchedLinear" in measured.stdout
+    assert (tmp_path / "fp8" / "measure_hooks_maxabs.npz").is_file()
+    quantized = _run([str(script), "quantize", folder], cwd=tmp_path)
+    assert "prepared PatchedLinear" in quantized.stdout
+    bf16, fp8 = torch.load(tmp_path / "measure.pt"), torch.load(tmp_path / "quantize.pt")
+    assert not torch.equal(bf16, fp8)
+    assert (fp8 - bf16).abs().max() <= 0.1 * bf16.abs().max()

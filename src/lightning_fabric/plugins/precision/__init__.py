@@ -7,12 +7,14 @@ from _lightning_hpu import aliasing as _aliasing
 from lightning_fabric.plugins.precision.hpu import HPUPrecision
 from lightning_fabric.plugins.precision.hpu_deepspeed import HPUDeepSpeedPrecision
 from lightning_fabric.plugins.precision.hpu_fp8 import HPUFP8Precision
+from lightning_fabric.plugins.precision.hpu_fp8_inference import HPUFP8InferencePrecision
 from lightning_fabric.plugins.precision.hpu_fsdp import HPUFSDPPrecision
 from lightning_fabric.plugins.precision.hpu_half import HPUHalfPrecision
 from lightning_fabric.plugins.precision.hpu_mixed import HPUMixedPrecision
 
 __all__ = [
     "HPUDeepSpeedPrecision",
+    "HPUFP8InferencePrecision",
     "HPUFP8Precision",
     "HPUFSDPPrecision",
     "HPUHalfPrecision",
