@@ -25,10 +25,16 @@ demo: setup
 
 # two workers (pytest-xdist), each taking whole test files, so that a file's module fixtures and order stay in one
 # process; files are handed out in collection order, which starts the slowest (benchmarks, docs, multi-process) early
+PYTEST := $(PY) -m pytest -n 2 --dist loadfile --no-loadscope-reorder
+TIERS := and not stress and not bench
+# The integration tier runs as it will on a Gaudi: on the virtual one it poses as hardware (the rehearsal,
+# hpu_testing.rst), so that an integration test reading what only the virtual Gaudi has fails; the virtual tier follows.
 # The op sweep compares each op with the CPU bit for bit: it runs in a process of its own, since in a worker that ran
 # other suites first, composite ops on hpu were found decomposed into pieces autocast cast (origin not yet found).
 test: setup
-	$(PY) -m pytest -n 2 --dist loadfile --no-loadscope-reorder --durations=25 tests/tests_pytorch tests/tests_virtual_hpu \
+	VIRTUAL_HPU=$${VIRTUAL_HPU:-$(VIRTUAL_HPU_DEFAULT)} VIRTUAL_HPU_AS_HARDWARE=$${VIRTUAL_HPU:-$(VIRTUAL_HPU_DEFAULT)} \
+	  $(PYTEST) --durations=15 -m "not virtual_hpu $(TIERS)" tests/tests_pytorch
+	$(PYTEST) --durations=10 -m "virtual_hpu $(TIERS)" tests/tests_pytorch tests/tests_virtual_hpu \
 	  --ignore=tests/tests_virtual_hpu/test_op_sweep.py
 	$(PY) -m pytest -n 2 -p no:cacheprovider tests/tests_virtual_hpu/test_op_sweep.py
 
