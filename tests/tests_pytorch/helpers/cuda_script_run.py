@@ -1,7 +1,8 @@
 """A training script as written for CUDA Lightning, run with ``accelerator="hpu"``: it imports ``lightning`` (or, with
-``--package pytorch_lightning``, our package) and configures the Trainer the way CUDA scripts do (``--case``).
+``--package pytorch_lightning``, our package) and configures the Trainer the way CUDA scripts do (``--case``; several
+cases, comma-separated, train one after another in the same processes, as a script with several Trainers does).
 
-Each rank saves ``rank<N>.pt`` in ``--out``: the classes the flags resolved to, the settings of the strategy, the
+Each rank saves ``rank<N>.pt`` in ``--out/<case>``: the classes the flags resolved to, the settings of the strategy, the
 autocast state seen in ``training_step`` and the number of steps trained, so a test compares the two packages and
 the CUDA spellings with their HPU equivalents.
 """
@@ -63,7 +64,14 @@ def main() -> None:
     parser.add_argument("--package", default="lightning", choices=["lightning", "pytorch_lightning"])
     args = parser.parse_args()
     L = importlib.import_module(args.package)
-    flags = _cases(L)[args.case]()
+    for case in args.case.split(","):
+        out = os.path.join(args.out, case)
+        os.makedirs(out, exist_ok=True)
+        _train(L, case, out)
+
+
+def _train(L: Any, case: str, out: str) -> None:
+    flags = _cases(L)[case]()
     flags.setdefault("logger", False)
     if not flags.get("barebones"):
         flags.setdefault("enable_checkpointing", False)
@@ -87,7 +95,7 @@ def main() -> None:
         "ddp_kwargs": dict(getattr(strategy, "_ddp_kwargs", {})),
         "zero": strategy.config["zero_optimization"] if hasattr(strategy, "config") and strategy.config else None,
     }
-    torch.save(result, os.path.join(args.out, f"rank{trainer.global_rank}.pt"))
+    torch.save(result, os.path.join(out, f"rank{trainer.global_rank}.pt"))
 
 
 if __name__ == "__main__":

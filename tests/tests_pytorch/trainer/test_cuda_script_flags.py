@@ -27,7 +27,7 @@ from pytorch_lightning.strategies import (
     HPUParallelStrategy,
     SingleHPUStrategy,
 )
-from tests_pytorch.trainer.test_lightning_trainer_on_hpu import _script
+from tests_pytorch.trainer.test_lightning_trainer_on_hpu import _scripts
 
 
 @pytest.mark.parametrize("trainer_class", [pl.Trainer, L.Trainer])
@@ -107,23 +107,35 @@ def test_upstream_names_that_fork_are_refused_with_the_hpu_choices(name):
         pl.Trainer(accelerator="hpu", devices=2, strategy=name)
 
 
-def test_ddp_instance_trains_on_two_hpus_with_its_settings(tmp_path):
-    ranks = _script(tmp_path, "ddp_instance")
+# DeepSpeed last: it is the one that changes the process for the Trainers after it (its ZeRO-3 linear, undone at
+# teardown), as a script's later Trainers would see
+_TWO_HPU_CASES = ["ddp_instance", "devices_list", "strategy_precision", "barebones", "deepspeed_instance"]
+
+
+@pytest.fixture(scope="module")
+def two_hpu_runs(tmp_path_factory) -> dict:
+    """The script's 2-HPU cases, trained one after another in one launch of 2 ranks, as a script with several Trainers
+    does: starting the processes is most of a short run's time."""
+    return _scripts(tmp_path_factory.mktemp("cuda_script"), _TWO_HPU_CASES)
+
+
+def test_ddp_instance_trains_on_two_hpus_with_its_settings(two_hpu_runs):
+    ranks = two_hpu_runs["ddp_instance"]
     for rank in ranks:
         assert rank["classes"]["strategy"] == "HPUParallelStrategy" and rank["world_size"] == 2
         assert rank["ddp_kwargs"] == {"find_unused_parameters": True, "gradient_as_bucket_view": True}
     assert [rank["seen"]["device"] for rank in ranks] == ["hpu:0", "hpu:1"]
 
 
-def test_deepspeed_instance_trains_on_two_hpus_with_its_settings(tmp_path):
-    ranks = _script(tmp_path, "deepspeed_instance")
+def test_deepspeed_instance_trains_on_two_hpus_with_its_settings(two_hpu_runs):
+    ranks = two_hpu_runs["deepspeed_instance"]
     for rank in ranks:
         assert rank["classes"]["strategy"] == "HPUDeepSpeedStrategy"
         assert rank["zero"]["stage"] == 3 and rank["zero"]["reduce_bucket_size"] == 12345
         assert rank["classes"]["precision"] == "HPUDeepSpeedPrecisionPlugin" and rank["precision"] == "bf16-mixed"
 
 
-def test_first_devices_list_is_a_count(tmp_path, caplog):
+def test_first_devices_list_is_a_count(two_hpu_runs, caplog):
     with caplog.at_level(logging.INFO):
         trainer = L.Trainer(accelerator="hpu", devices=[0, 1], logger=False)
     assert trainer.num_devices == 2 and isinstance(trainer.strategy, HPUParallelStrategy)
@@ -132,7 +144,7 @@ def test_first_devices_list_is_a_count(tmp_path, caplog):
     ) == 1
     assert pl.Trainer(accelerator="hpu", devices="0,1,2", logger=False).num_devices == 3
     assert pl.Trainer(accelerator="hpu", devices=[0], logger=False).num_devices == 1
-    ranks = _script(tmp_path, "devices_list")
+    ranks = two_hpu_runs["devices_list"]
     assert [rank["seen"]["device"] for rank in ranks] == ["hpu:0", "hpu:1"]
 
 
@@ -149,12 +161,11 @@ class _RecordsAutocast(BoringModel):
 
 
 @pytest.mark.parametrize("trainer_class", [pl.Trainer, L.Trainer])
-def test_precision_plugin_given_to_the_strategy_trains(trainer_class):
+def test_precision_plugin_given_to_the_strategy_trains(trainer_class, tmp_path):
     plugin = HPUPrecisionPlugin("bf16-mixed")
     model = _RecordsAutocast()
-    trainer = trainer_class(
-        accelerator="hpu", strategy=SingleHPUStrategy(precision_plugin=plugin), max_steps=2, logger=False
-    )
+    strategy = SingleHPUStrategy(precision_plugin=plugin)
+    trainer = trainer_class(accelerator="hpu", strategy=strategy, max_steps=2, logger=False, default_root_dir=tmp_path)
     assert trainer.precision_plugin is plugin
     trainer.fit(model)
     assert model.autocast == (True, torch.bfloat16) and trainer.global_step == 2
@@ -176,8 +187,8 @@ def test_precision_plugin_given_to_a_parallel_or_fsdp_strategy():
         pl.Trainer(accelerator="hpu", strategy=SingleHPUStrategy(precision_plugin=plugin), plugins=[plugin])
 
 
-def test_precision_plugin_given_to_the_strategy_trains_on_two_hpus(tmp_path):
-    ranks = _script(tmp_path, "strategy_precision")
+def test_precision_plugin_given_to_the_strategy_trains_on_two_hpus(two_hpu_runs):
+    ranks = two_hpu_runs["strategy_precision"]
     for rank in ranks:
         assert rank["classes"]["precision"] == "HPUMixedPrecision" and rank["seen"]["autocast"]
         assert rank["seen"]["output_dtype"] == torch.bfloat16
@@ -204,6 +215,6 @@ def test_barebones_trains_on_one_hpu(trainer_class):
     assert trainer.global_step == 2 and trainer.progress_bar_callback is None
 
 
-def test_barebones_trains_on_two_hpus(tmp_path):
-    ranks = _script(tmp_path, "barebones")
+def test_barebones_trains_on_two_hpus(two_hpu_runs):
+    ranks = two_hpu_runs["barebones"]
     assert all("ProgressBar" not in "".join(rank["classes"]["callbacks"]) for rank in ranks)

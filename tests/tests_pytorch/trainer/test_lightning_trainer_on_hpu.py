@@ -187,20 +187,26 @@ def test_without_a_gaudi_lightning_is_upstream():
 
 
 def _script(tmp_path: Path, case: str, package: str = "lightning") -> list:
+    return _scripts(tmp_path, [case], package)[case]
+
+
+def _scripts(tmp_path: Path, cases: list, package: str = "lightning") -> dict:
+    """Run the CUDA-style script's ``cases`` one after another in one launch of 2 ranks; each case's results by rank."""
     env = {
         **{key: value for key, value in os.environ.items() if not key.startswith(("LOCAL_RANK", "RANK", "WORLD"))},
         "MASTER_ADDR": "127.0.0.1",
         "MASTER_PORT": str(free_port()),
         "OMP_NUM_THREADS": "1",
     }
-    out = tmp_path / f"{case}-{package}"
+    out = tmp_path / package
     out.mkdir()
-    command = [sys.executable, str(SCRIPT), "--out", str(out), "--case", case, "--package", package]
+    command = [sys.executable, str(SCRIPT), "--out", str(out), "--case", ",".join(cases), "--package", package]
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
-    ranks = rank_results(out)
-    assert len(ranks) == 2 and [rank["global_step"] for rank in ranks] == [2, 2]
-    return ranks
+    results = {case: rank_results(out / case) for case in cases}
+    for case, ranks in results.items():
+        assert len(ranks) == 2 and [rank["global_step"] for rank in ranks] == [2, 2], case
+    return results
 
 
 def test_lightning_script_trains_ddp_in_bf16_on_two_hpus(tmp_path):
