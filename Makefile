@@ -28,12 +28,13 @@ demo: setup
 PYTEST := $(PY) -m pytest -n 2 --dist loadfile --no-loadscope-reorder
 TIERS := and not stress and not bench
 # The integration tier runs as it will on a Gaudi: on the virtual one it poses as hardware (the rehearsal,
-# hpu_testing.rst), so that an integration test reading what only the virtual Gaudi has fails; the virtual tier follows.
+# hpu_testing.rst), so that an integration test reading what only the virtual Gaudi has fails, and the hardware tier
+# runs with it on 2 cards (the whole node: `pytest -m hpu`); the virtual tier follows.
 # The op sweep compares each op with the CPU bit for bit: it runs in a process of its own, since in a worker that ran
 # other suites first, composite ops on hpu were found decomposed into pieces autocast cast (origin not yet found).
 test: setup
 	VIRTUAL_HPU=$${VIRTUAL_HPU:-$(VIRTUAL_HPU_DEFAULT)} VIRTUAL_HPU_AS_HARDWARE=$${VIRTUAL_HPU:-$(VIRTUAL_HPU_DEFAULT)} \
-	  $(PYTEST) --durations=15 -m "not virtual_hpu $(TIERS)" tests/tests_pytorch
+	  $(PYTEST) --durations=15 -m "not virtual_hpu $(TIERS)" --hpus 2 tests/tests_pytorch
 	$(PYTEST) --durations=10 -m "virtual_hpu $(TIERS)" tests/tests_pytorch tests/tests_virtual_hpu \
 	  --ignore=tests/tests_virtual_hpu/test_op_sweep.py
 	$(PY) -m pytest -n 2 -p no:cacheprovider tests/tests_virtual_hpu/test_op_sweep.py
