@@ -39,6 +39,12 @@ GROUPS_BIND_TO_ANY_ACCELERATOR = TorchRelease(2, 7)
 HPU_SDPA_CHOOSES_A_KERNEL = TorchRelease(2, 8)
 # 2.8: gloo, which the virtual HCCL runs on, reduce-scatters lists of tensors (pytorch#149869); before, tensors only
 GLOO_REDUCE_SCATTERS_LISTS = TorchRelease(2, 8)
+# 2.8: gloo's backend options name their group (group_name, global_ranks_in_group), which split_group reads, as groups
+# of backends other than NCCL can be split (pytorch#152175); 2.6 and 2.7 have neither
+GLOO_OPTIONS_NAME_THEIR_GROUP = TorchRelease(2, 8)
+# 2.9: the host has an fp8 GEMM, aten::_scaled_mm's CPU kernel (oneDNN), which the virtual Gaudi must not depend on;
+# 2.6 and 2.7 have none (2.8 untested)
+HOST_HAS_FP8_GEMM = TorchRelease(2, 9)
 # 2.9: the device string "hpu" names torch's PrivateUse1 backend once that is renamed "hpu" (pytorch#157609); before,
 # it always names the HPU device type, so the virtual Gaudi can be PrivateUse1 only from 2.9 on
 PRIVATEUSE1_TAKES_BUILTIN_NAMES = TorchRelease(2, 9)
@@ -79,8 +85,8 @@ def hpu_group_device(device: "torch.device") -> "Optional[torch.device]":
 
 
 def gloo_options_name_their_group(options: object) -> bool:
-    """Whether gloo's backend ``options`` carry their group's name and global ranks, which ``split_group`` reads: from
-    the release that splits groups of backends other than NCCL (2.8, pytorch#152175); 2.6 has neither."""
+    """Whether gloo's backend ``options`` carry their group's name and global ranks, which ``split_group`` reads
+    (:data:`GLOO_OPTIONS_NAME_THEIR_GROUP`)."""
     return hasattr(options, "group_name") and hasattr(options, "global_ranks_in_group")
 
 

@@ -18,6 +18,9 @@ from typing_extensions import override
 from pytorch_lightning.accelerators.hpu import HPUAccelerator
 
 _warning_cache = WarningCache()
+# torch.profiler has HPU activity from torch 2.7 (virtual_hpu.torch_support.PROFILER_HAS_HPU_ACTIVITY); PyPI's 2.6 has
+# none, and there the profiler records the CPU only
+_HPU_ACTIVITY: Optional[ProfilerActivity] = getattr(ProfilerActivity, "HPU", None)
 
 # ``sort_by_key`` orders the summary's ranking it names; torch calls HPU time "device time"
 _CPU_SORT_KEYS = {
@@ -182,7 +185,7 @@ class HPUProfiler(PyTorchProfiler):
                 " `ProfilerActivity.HPU` to torch.profiler."
             )
             return [ProfilerActivity.CPU]
-        return [ProfilerActivity.CPU, ProfilerActivity.HPU]
+        return [ProfilerActivity.CPU, _HPU_ACTIVITY]
 
     def _profiles_hpu(self) -> bool:
         """Whether the run being profiled is on HPUs; outside a Trainer, whether a Gaudi is present."""
@@ -199,7 +202,7 @@ class HPUProfiler(PyTorchProfiler):
         activities = self._requested_activities or self._default_activities()
         profile_memory = self._requested_profile_memory
         if profile_memory is None:
-            profile_memory = ProfilerActivity.HPU in activities
+            profile_memory = _HPU_ACTIVITY is not None and _HPU_ACTIVITY in activities
         self._profiler_kwargs.update(activities=activities, profile_memory=profile_memory)
         return super()._create_profiler(profiler)
 
@@ -270,7 +273,7 @@ class HPUProfiler(PyTorchProfiler):
         averages = self.function_events.key_averages(group_by_input_shapes=self._group_by_input_shapes)
         operators = [event for event in averages if not getattr(event, "is_user_annotation", False)]
         ranges = [event for event in averages if getattr(event, "is_user_annotation", False)]
-        hpu = ProfilerActivity.HPU in (self._profiler_kwargs.get("activities") or [])
+        hpu = _HPU_ACTIVITY is not None and _HPU_ACTIVITY in (self._profiler_kwargs.get("activities") or [])
         cpu_key = self._sort_by_key if self._sort_by_key in _CPU_SORT_KEYS else "self_cpu_time_total"
         hpu_key = self._sort_by_key if self._sort_by_key in _HPU_SORT_KEYS else "self_hpu_time_total"
 
@@ -393,7 +396,7 @@ def _hpu_activity_supported() -> bool:
     # loading the bridge is what registers HPU activity with torch.profiler
     import habana_frameworks.torch.core  # noqa: F401
 
-    return ProfilerActivity.HPU in torch.profiler.supported_activities()
+    return _HPU_ACTIVITY is not None and _HPU_ACTIVITY in torch.profiler.supported_activities()
 
 
 def _is_lazy() -> bool:

@@ -1,7 +1,7 @@
 """``benchmarks/run_all.py --fast`` runs every benchmark once and reports in the agreed format.
 
 That run takes minutes, so its tests are marked ``bench``: ``make test`` and CI (``.ci/run``) leave them out for time;
-``pytest -m bench tests/tests_pytorch/benchmarks`` runs them, before a release (``docs/source-pytorch/hpu_testing.rst``).
+``pytest -m bench tests/tests_pytorch/benchmarks`` runs them before a release (``docs/source-pytorch/hpu_testing.rst``).
 
 Not a timing test: it checks that each script prints a table, its headline ratios as ``ratio ...`` lines with their
 spread and target, and ends with ``<name>=<float>``; that the summary lists every ratio and headline; and what the

@@ -9,6 +9,8 @@ A block that cannot run here (it needs 8 real cards, a second node, ...) is prec
 ``.. not-runnable: <reason>`` (``<!-- not-runnable: <reason> -->`` in Markdown); the reason is required. A block
 preceded by ``.. new-process: <reason>`` starts a fresh interpreter (in the same working folder) for itself and the
 blocks after it, as a page that tells the reader to run it in a new process (fp8 quantization after measurement).
+A block preceded by ``.. needs-torch: <major.minor>`` runs where torch is that release or newer, and is skipped before
+it, as the page's minimum says (``hpu_torch.rst``, "What needs a newer torch").
 """
 
 import os
@@ -18,18 +20,32 @@ import sys
 import textwrap
 import warnings
 from pathlib import Path
+from typing import Optional
 
 import pytest
 
 import virtual_hpu
 from tests_pytorch.helpers.processes import free_port
 from tests_pytorch.helpers.runif import RunIf
+from virtual_hpu import torch_support
 
 ROOT = Path(__file__).resolve().parents[3]
 DOCS = ROOT / "docs" / "source-pytorch"
 RST_BLOCK = re.compile(r"^\.\. code-block:: (\w+)\s*$")
 SKIP = re.compile(r"^(?:\.\. |<!-- )not-runnable:\s*(\S.*?)\s*(?:-->)?$")
 NEW_PROCESS = re.compile(r"^\.\. new-process:\s*\S")
+NEEDS_TORCH = re.compile(r"^\.\. needs-torch:\s*(\d+)\.(\d+)\s*$")
+
+
+def _skip_reason(previous: str) -> Optional[str]:
+    """Why the block after the line ``previous`` does not run here, or None."""
+    skip = SKIP.match(previous)
+    if skip:
+        return skip[1]
+    needs = NEEDS_TORCH.match(previous)
+    if needs and torch_support.installed() < torch_support.TorchRelease(int(needs[1]), int(needs[2])):
+        return f"needs torch {needs[1]}.{needs[2]} or newer"
+    return None
 
 
 def _rst_blocks(text: str) -> list:
@@ -41,7 +57,7 @@ def _rst_blocks(text: str) -> list:
         if not match or match[1] != "python":
             continue
         previous = next((lines[i] for i in range(number - 1, -1, -1) if lines[i].strip()), "")
-        skip = SKIP.match(previous)
+        skip = _skip_reason(previous)
         body, index = [], number + 1
         while index < len(lines) and lines[index].strip().startswith(":"):  # directive options
             index += 1
@@ -49,9 +65,7 @@ def _rst_blocks(text: str) -> list:
             body.append(lines[index])
             index += 1
         code = textwrap.dedent("\n".join(body))
-        blocks.append(
-            (number + 1, NEW_PROCESS_MARK + code if NEW_PROCESS.match(previous) else code, skip[1] if skip else None)
-        )
+        blocks.append((number + 1, NEW_PROCESS_MARK + code if NEW_PROCESS.match(previous) else code, skip))
     return blocks
 
 
@@ -60,8 +74,7 @@ def _markdown_blocks(text: str) -> list:
     for match in re.finditer(r"^```python\n(.*?)^```", text, flags=re.MULTILINE | re.DOTALL):
         before = [line for line in text[: match.start()].splitlines() if line.strip()]
         previous = before[-1] if before else ""
-        skip = SKIP.match(previous)
-        blocks.append((text[: match.start()].count("\n") + 1, match[1], skip[1] if skip else None))
+        blocks.append((text[: match.start()].count("\n") + 1, match[1], _skip_reason(previous)))
     return blocks
 
 
@@ -120,6 +133,9 @@ def test_the_parser_finds_blocks_and_markers():
         ".. code-block:: python\n\n    a = 1\n\n.. new-process: as the page says\n.. code-block:: python\n\n    b = 2\n"
     )
     assert second == [(1, "\na = 1\n", None), (6, NEW_PROCESS_MARK + "\nb = 2", None)]
+    newer = _rst_blocks(".. needs-torch: 99.0\n.. code-block:: python\n\n    a = 1\n")
+    assert newer == [(2, "\na = 1", "needs torch 99.0 or newer")]
+    assert _rst_blocks(".. needs-torch: 2.6\n.. code-block:: python\n\n    a = 1\n") == [(2, "\na = 1", None)]
     assert len([block for page in PAGES for block in _blocks(page)]) >= 20
 
 
@@ -165,7 +181,12 @@ def _run_blocks(page: Path, blocks: list, folder: Path) -> None:
     assert result.returncode == 0, f"{page.name}:\n{result.stderr[-4000:]}"
 
 
-MARKED = [(page, line, reason) for page in PAGES for line, _, reason in _blocks(page) if reason is not None]
+MARKED = [
+    (page, line, reason)
+    for page in PAGES
+    for line, _, reason in _blocks(page)
+    if reason is not None and not reason.startswith("needs torch")
+]
 
 
 def test_marked_blocks_say_why_and_are_listed():

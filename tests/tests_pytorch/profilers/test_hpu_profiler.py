@@ -24,12 +24,16 @@ from pytorch_lightning.cli import LightningCLI
 from pytorch_lightning.profilers import HPUProfiler
 from tests_pytorch.helpers.processes import free_port
 from tests_pytorch.helpers.runif import RunIf
+from virtual_hpu import torch_support
 
 # c10's device type of hpu tensors, as the trace's memory events name it: HPU, or PrivateUse1 where hpu is torch's
 # PrivateUse1 backend (the virtual Gaudi on PyPI's builds from torch 2.9)
 _HPU_IS_PRIVATEUSE1 = torch._C._get_privateuse1_backend_name() == "hpu"
 HPU_DEVICE_TYPE = (DeviceType.PrivateUse1 if _HPU_IS_PRIVATEUSE1 else DeviceType.HPU).value
-CPU_AND_HPU = {ProfilerActivity.CPU, ProfilerActivity.HPU}
+# torch.profiler has HPU activity from torch 2.7; before, HPUProfiler records the CPU only, and warns
+_HPU_ACTIVITY = torch_support.installed() >= torch_support.PROFILER_HAS_HPU_ACTIVITY
+needs_hpu_activity = pytest.mark.skipif(not _HPU_ACTIVITY, reason="torch.profiler has HPU activity from torch 2.7")
+CPU_AND_HPU = {ProfilerActivity.CPU, ProfilerActivity.HPU} if _HPU_ACTIVITY else {ProfilerActivity.CPU}
 TRACE_SUFFIX = r"\.\d+\.pt\.trace\.json"
 
 
@@ -89,6 +93,7 @@ def recorded_activities(monkeypatch) -> list:
     return seen
 
 
+@needs_hpu_activity
 def test_fit_writes_a_trace_with_hpu_activity(tmp_path, recorded_activities):
     _trainer(tmp_path, HPUProfiler()).fit(BoringModel())
 
@@ -108,6 +113,7 @@ def test_fit_writes_a_trace_with_hpu_activity(tmp_path, recorded_activities):
     assert all(isinstance(event["ts"], (int, float)) and event["dur"] >= 0 for event in events if event["ph"] == "X")
 
 
+@needs_hpu_activity
 def test_a_trace_and_a_report_per_stage(tmp_path):
     dirpath = tmp_path / "profiles"
     profiler = HPUProfiler(dirpath=dirpath, filename="perf-logs")
@@ -129,6 +135,7 @@ def test_a_trace_and_a_report_per_stage(tmp_path):
         assert report.startswith(f"{stage.upper()} Profiler Report: HPUProfiler, HPU (")
 
 
+@needs_hpu_activity
 def test_reused_for_stages_that_run_no_step(tmp_path, monkeypatch):
     unraisable = []
     monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
@@ -173,6 +180,7 @@ class ProfiledModel(BoringModel):
         return super().training_step(batch, batch_idx)
 
 
+@needs_hpu_activity
 def test_custom_actions_are_ranges_in_the_trace(tmp_path):
     profiler = HPUProfiler()
     _trainer(tmp_path, profiler, limit_val_batches=0).fit(ProfiledModel(profiler))
@@ -187,6 +195,7 @@ def test_custom_actions_are_ranges_in_the_trace(tmp_path):
     assert any(_within(event, actions) for event in _hpu_memory(events) if event["args"]["Bytes"] > 0)
 
 
+@needs_hpu_activity
 def test_distributed_profiling_writes_a_trace_and_a_report_per_rank(tmp_path):
     script = tmp_path / "train.py"
     # upstream Lightning and torch first, our profiler module before the package: the import order must not matter
@@ -274,6 +283,7 @@ def _sections(summary: str) -> dict:
     return {heading: "\n".join(lines) for heading, lines in sections.items()}
 
 
+@needs_hpu_activity
 @pytest.mark.parametrize("hpu_mode", ["eager", "lazy"])
 def test_summary_on_hpu(tmp_path, hpu_mode):
     profiler = HPUProfiler(filename="perf-logs")
@@ -315,6 +325,7 @@ def _op(index: int, name: str, cpu_us: int, hpu_us: int) -> FunctionEvent:
     return event
 
 
+@needs_hpu_activity
 def test_summary_ranks_operators_by_hpu_time():
     # a real Gaudi reports device time per operator; the virtual one cannot, so feed the events of such a run
     profiler = HPUProfiler(activities=[ProfilerActivity.CPU, ProfilerActivity.HPU], row_limit=2)
@@ -345,6 +356,7 @@ def test_summary_ranks_operators_by_hpu_time():
         ],
     ],
 )
+@needs_hpu_activity
 def test_lightning_cli(tmp_path, profiler_args):
     cli = LightningCLI(
         BoringModel,
@@ -418,6 +430,7 @@ def test_trace_opens_in_tensorboard(tmp_path):
     assert "aten::addmm" in {row["name"] for row in profile.operation_table_by_name["data"]}
 
 
+@needs_hpu_activity
 def test_standalone_use_records_hpu():
     # outside a Trainer there are no steps to schedule: record everything
     profiler = HPUProfiler(schedule=None)
@@ -435,3 +448,15 @@ def test_argument_checks():
     with pytest.raises(MisconfigurationException, match="Found sort_by_key: cuda_time_total"):
         HPUProfiler(sort_by_key="cuda_time_total")
     assert HPUProfiler(sort_by_key="hpu_time_total")._sort_by_key == "hpu_time_total"
+
+
+@pytest.mark.skipif(_HPU_ACTIVITY, reason="torch 2.7 and later give torch.profiler HPU activity")
+def test_records_the_cpu_only_and_warns_where_torch_has_no_hpu_activity(tmp_path, recorded_activities, monkeypatch):
+    from lightning.pytorch.utilities.rank_zero import WarningCache
+
+    import pytorch_lightning.profilers.hpu as hpu_profiler
+
+    monkeypatch.setattr(hpu_profiler, "_warning_cache", WarningCache())  # once per process: earlier tests warned
+    with pytest.warns(UserWarning, match="`HPUProfiler` records the CPU only: this Intel Gaudi software stack"):
+        _trainer(tmp_path, HPUProfiler()).fit(BoringModel())
+    assert recorded_activities == [{ProfilerActivity.CPU}]

@@ -58,11 +58,13 @@ import torch.distributed as dist
 import habana_frameworks.torch.distributed.hccl  # registers the hccl backend (the virtual Gaudi's, after torch)
 
 from pytorch_lightning.strategies._sigterm import SigtermAgreement
+from virtual_hpu import torch_support
 
 rank = int(os.environ["RANK"])
 device = torch.device("hpu", rank)
 torch.hpu.set_device(device)
-dist.init_process_group("hccl", device_id=device, timeout=timedelta(seconds=60))  # as Lightning does
+# bound to the HPU as Lightning does, where torch can bind a group to it
+dist.init_process_group("hccl", device_id=torch_support.hpu_group_device(device), timeout=timedelta(seconds=60))
 late, fast, slow = float(sys.argv[1]), json.loads(sys.argv[2])[rank], float(sys.argv[3])
 
 call = 0  # the call of ``any_rank`` under way, from 1

@@ -18,8 +18,9 @@ from lightning_fabric.plugins.precision.hpu_mixed import HPUMixedPrecision
 class HPUFP8InferencePrecision(HPUMixedPrecision):
     """fp8 inference on HPUs (Gaudi2 and newer) with Intel Neural Compressor, in two processes: ``quant=False``
     measures the model's tensors when the strategy sets it up (written under ``fp8_data_path`` when the run succeeds:
-    under Fabric, at ``fabric.strategy.teardown()``), ``quant=True`` in a later process quantizes it from them. Other ops run in bf16 autocast. The Trainer's
-    :class:`pytorch_lightning.plugins.HPUFP8InferencePrecision` derives from it, and documents the arguments.
+    under Fabric, at ``fabric.strategy.teardown()``), ``quant=True`` in a later process quantizes it from them. Other
+    ops run in bf16 autocast. The Trainer's :class:`pytorch_lightning.plugins.HPUFP8InferencePrecision` derives from it,
+    and documents the arguments.
     """
 
     _precisions = ("fp8",)
