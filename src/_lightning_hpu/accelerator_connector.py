@@ -35,7 +35,7 @@ class HPUAcceleratorConnector(_AcceleratorConnector):
         use_distributed_sampler: bool = True,
         deterministic: Optional[Union[bool, _LITERAL_WARN]] = None,
     ) -> None:
-        from pytorch_lightning.trainer.hpu_flags import resolve_hpu_flags
+        from pytorch_lightning.trainer.hpu_flags import check_sync_batchnorm, resolve_hpu_flags
 
         flags = resolve_hpu_flags(
             {
@@ -47,6 +47,8 @@ class HPUAcceleratorConnector(_AcceleratorConnector):
                 "precision": precision,
             }
         )
+        if sync_batchnorm:
+            check_sync_batchnorm(flags["accelerator"])
         super().__init__(
             **flags,
             sync_batchnorm=sync_batchnorm,

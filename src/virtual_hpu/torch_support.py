@@ -51,6 +51,9 @@ PRIVATEUSE1_TAKES_BUILTIN_NAMES = TorchRelease(2, 9)
 # 2.9: DTensor's random ops select hpu's counter-based generator (set_rng_ctx("philox")) around the states they read
 # and write (pytorch#156581); before, they read hpu's default generator's state as a philox one and fail
 DTENSOR_RANDOM_SELECTS_HPU_PHILOX = TorchRelease(2, 9)
+# 2.10: torch.nn.SyncBatchNorm takes hpu tensors (2.9 has not); before, only CUDA's and those of torch's PrivateUse1
+# backend, which hpu is for the virtual Gaudi on PyPI's builds from 2.9
+SYNC_BATCHNORM_TAKES_HPU = TorchRelease(2, 10)
 # 2.11: autocast no longer hands a weight it cast under no_grad or inference_mode, without autograd history, to the
 # training after it in the same region (pytorch#165068; 2.9 has the bug, 2.10 is untested)
 AUTOCAST_CACHE_KEEPS_GRAD_HISTORY = TorchRelease(2, 11)
@@ -88,6 +91,13 @@ def gloo_options_name_their_group(options: object) -> bool:
     """Whether gloo's backend ``options`` carry their group's name and global ranks, which ``split_group`` reads
     (:data:`GLOO_OPTIONS_NAME_THEIR_GROUP`)."""
     return hasattr(options, "group_name") and hasattr(options, "global_ranks_in_group")
+
+
+def sync_batchnorm_takes_hpu() -> bool:
+    """Whether ``torch.nn.SyncBatchNorm`` normalises hpu tensors (:data:`SYNC_BATCHNORM_TAKES_HPU`)."""
+    import torch
+
+    return installed() >= SYNC_BATCHNORM_TAKES_HPU or torch._C._get_privateuse1_backend_name() == "hpu"
 
 
 def fsdp2_sums_on_request() -> bool:

@@ -50,6 +50,18 @@ def resolve_profiler(profiler: Any) -> Any:
     return profiler
 
 
+def check_sync_batchnorm(accelerator: Any) -> None:
+    """``sync_batchnorm=True`` on HPUs, before any process starts: torch's ``SyncBatchNorm`` must take hpu tensors."""
+    from virtual_hpu import torch_support
+
+    if isinstance(accelerator, HPUAccelerator) and not torch_support.sync_batchnorm_takes_hpu():
+        raise MisconfigurationException(
+            f"`Trainer(sync_batchnorm=True)` on HPUs needs torch {torch_support.SYNC_BATCHNORM_TAKES_HPU} or newer"
+            " (Gaudi software 1.24 or newer): the `torch.nn.SyncBatchNorm` of this torch"
+            f" ({torch_support.installed()}) normalises CUDA tensors only. Upgrade, or leave `sync_batchnorm` off."
+        )
+
+
 def _check_nodes(num_nodes: Any, devices: int, strategy: Union[str, Strategy], plugins: list[Any]) -> None:
     """Before any process starts: the ``WORLD_SIZE`` and the rendezvous of a run that no cluster environment manages.
     A ``num_nodes`` that is not a positive int is left to upstream, which reports it."""

@@ -25,8 +25,7 @@ from lightning_fabric.plugins.precision import HPUDeepSpeedPrecision, HPUPrecisi
 from lightning_fabric.strategies import HPUDeepSpeedStrategy, SingleHPUStrategy
 from tests_pytorch.helpers import fabric_run
 from tests_pytorch.helpers.processes import free_port, rank_results
-from tests_pytorch.helpers.runif import VARIANT, RunIf
-from virtual_hpu import torch_support
+from tests_pytorch.helpers.runif import NEEDS_FSDP2, VARIANT, RunIf
 
 FABRIC_RUN = Path(fabric_run.__file__)
 SRC = str(Path(lightning_fabric.__file__).parents[1])
@@ -166,12 +165,7 @@ def test_fsdp_two_ranks_equal_one_process_on_the_union(tmp_path, precision, tole
 @pytest.mark.parametrize(
     "strategy",
     [
-        pytest.param(
-            "model_parallel_fsdp2",
-            marks=pytest.mark.skipif(
-                not torch_support.fsdp2_sums_on_request(), reason="FSDP2 on HPUs needs torch 2.9+ (see the Trainer's)"
-            ),
-        ),
+        pytest.param("model_parallel_fsdp2", marks=NEEDS_FSDP2),
         "model_parallel_tp",
     ],
 )
@@ -187,6 +181,7 @@ def test_model_parallel_two_ranks_equal_one_process_on_the_union(tmp_path, strat
     assert ranks[0]["losses"][-1] < ranks[0]["losses"][0]
 
 
+@NEEDS_FSDP2  # its model is sharded with fully_shard
 def test_model_parallel_refuses_what_would_not_train(tmp_path):
     """Two scripts upstream runs without a word on CUDA and trains nothing, or not in the precision asked for."""
     with pytest.raises(ValueError, match="does not support `Fabric\\(..., precision='16-mixed'\\)` on HPUs"):

@@ -22,6 +22,18 @@ from typing import Any
 import pytest
 
 HPU, VIRTUAL_HPU = "hpu", "virtual_hpu"
+# FSDP2 (``fully_shard``) on HPUs: the strategies refuse it before torch 2.9, which test_hpu_model_parallel checks
+NO_FSDP2 = "FSDP2 on HPUs needs torch 2.9+ (set_force_sum_reduction_for_comms); older ones refuse it"
+
+
+def fsdp2_runs() -> bool:
+    """Whether the installed torch runs FSDP2 on HPUs (the strategies refuse it otherwise)."""
+    from virtual_hpu import torch_support
+
+    return torch_support.fsdp2_sums_on_request()
+
+
+NEEDS_FSDP2 = pytest.mark.skipif(not fsdp2_runs(), reason=NO_FSDP2)
 
 
 def _virtual_gaudi_active() -> bool:

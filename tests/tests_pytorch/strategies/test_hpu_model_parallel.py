@@ -14,15 +14,11 @@ import pytorch_lightning as pl
 from pytorch_lightning.plugins import HPUPrecisionPlugin
 from pytorch_lightning.strategies import HPUModelParallelStrategy
 from tests_pytorch.helpers.processes import assert_same_parameters, free_port, rank_results, run_ddp, wait
-from virtual_hpu import torch_support
+from tests_pytorch.helpers.runif import NEEDS_FSDP2
 
 MODEL_PARALLEL_RUN = Path(__file__).parents[1] / "helpers" / "model_parallel_run.py"
 # ddp_run.py's regression model with two targets
 PARAMETERS = 154
-NEEDS_FSDP2_SUMS = pytest.mark.skipif(
-    not torch_support.fsdp2_sums_on_request(),
-    reason="FSDP2 on HPUs needs torch 2.9+ (set_force_sum_reduction_for_comms); older ones refuse it, tested below",
-)
 
 
 @pytest.fixture(scope="module")
@@ -39,9 +35,7 @@ def reference(references) -> dict:
     return references[1]["state"]
 
 
-@pytest.mark.parametrize(
-    "tensor_parallel", [pytest.param(1, marks=NEEDS_FSDP2_SUMS), 2], ids=["fsdp2", "tensor_parallel"]
-)
+@pytest.mark.parametrize("tensor_parallel", [pytest.param(1, marks=NEEDS_FSDP2), 2], ids=["fsdp2", "tensor_parallel"])
 def test_two_processes_end_where_one_process_on_the_whole_batches_does(tmp_path, reference, tensor_parallel):
     """``fully_shard`` over 2 data-parallel HPUs (each its own rows), or the MLP split column- and row-wise over 2
     tensor-parallel HPUs (the same rows): the full weights equal one process's, and each rank holds about half."""
@@ -68,7 +62,7 @@ def test_fp8_is_refused_before_any_work():
         pl.Trainer(accelerator="hpu", devices=2, strategy="model_parallel", precision="fp8")
 
 
-@NEEDS_FSDP2_SUMS
+@NEEDS_FSDP2
 def test_a_distributed_checkpoint_resumes_where_an_uninterrupted_run_ends(tmp_path, references):
     """Model (DTensor shards), optimizer momentum, scheduler and epoch come back from a distributed checkpoint."""
     checkpoint, first, resumed = tmp_path / "model_parallel.ckpt", tmp_path / "first", tmp_path / "resumed"

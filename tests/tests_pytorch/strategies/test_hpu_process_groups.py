@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests_pytorch.helpers.processes import rank_results, run_ddp, wait
-from tests_pytorch.helpers.runif import variants
+from tests_pytorch.helpers.runif import NEEDS_FSDP2, NO_FSDP2, fsdp2_runs, variants
 
 HELPERS = Path(__file__).parents[1] / "helpers"
 STAGES_RUN = HELPERS / "stages_run.py"
@@ -46,6 +46,8 @@ def test_fit_fit_test_predict_with_prepare_data_and_a_gloo_group_of_the_users(tm
     """A DataModule and a LightningModule that override ``prepare_data`` (Lightning guards it with a gloo group),
     and a gloo group made in ``setup``: before, the process group bound to the HPU refused gloo groups ("No backend
     type associated with device type hpu"). Every stage ends on every rank."""
+    if strategy == "hpu_model_parallel" and not fsdp2_runs():
+        pytest.skip(NO_FSDP2)  # its model is sharded with fully_shard
     ranks = _stages(tmp_path, strategy)
     for rank, result in enumerate(ranks):
         assert result["strategy"] == TRAINER_STRATEGIES[strategy]
@@ -57,6 +59,7 @@ def test_fit_fit_test_predict_with_prepare_data_and_a_gloo_group_of_the_users(tm
         assert result["predictions"] == 2
 
 
+@NEEDS_FSDP2  # with hpu_model_parallel, whose model is sharded with fully_shard
 def test_fit_fit_test_predict_on_four_hpus(tmp_path):
     """The sequence that hung with ``ModelParallelStrategy`` on 4 HPUs."""
     for result in _stages(tmp_path, "hpu_model_parallel", 4):

@@ -32,6 +32,11 @@ class HpuInterface(DeviceInterface):
         def current_device() -> int:
             return hpu.current_device()
 
+        @staticmethod
+        def get_device_properties(device: Any = None) -> str:
+            # torch 2.6's inductor asks every available device for them when its compile workers start
+            return hpu.get_device_properties(device)
+
     current_device = staticmethod(hpu.current_device)
     set_device = staticmethod(hpu.set_device)
     device_count = staticmethod(hpu.device_count)
