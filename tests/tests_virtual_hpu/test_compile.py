@@ -162,3 +162,19 @@ def test_lazy_graphs_count_as_compilations_once_per_shape(hpu_mode):
     assert step(3) == warm + 1  # a ragged batch: the forward+backward graph is new, the optimizer's is not
     assert step(4) == step(3) == warm + 1
     assert accounting.counters()["graph_compilations"] >= warm + 1
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "hpu_backend"])
+def test_compiled_attention_on_permuted_projections_runs(backend):
+    """Query, key and value as views of one projection, as GPT blocks write them: on torch 2.6 and 2.7 attention
+    decomposes into elementwise ops and views on hpu, planned on fake tensors' strides, which the device's results
+    must have."""
+    torch._dynamo.reset()
+
+    def attend(qkv: torch.Tensor) -> torch.Tensor:
+        q, k, v = qkv.view(2, 16, 3, 4, 8).permute(2, 0, 3, 1, 4)
+        return nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    qkv = torch.randn(2, 16, 96)
+    compiled = torch.compile(attend, backend=backend)(qkv.to("hpu"))
+    torch.testing.assert_close(compiled.cpu(), attend(qkv), rtol=1e-5, atol=1e-5)

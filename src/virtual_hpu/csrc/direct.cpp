@@ -208,11 +208,15 @@ class DeviceOutput final : public Native {
 
 // `Native`: the op's structured CPU kernel class, run with a device output (DeviceOutput); void: the CPU kernel through
 // the dispatcher. `kMatmul`: a matrix product, computed in fp32 where the host multiplies its low precision slowly.
-template <class Op, class Native = void, bool kMatmul = false, class Signature = typename Op::schema>
+// `kContiguous`: the result is contiguous whatever its inputs' layout, as torch's fake tensors take hpu's results of
+// add, sub, mul and div to be (torch._subclasses.fake_impls: hpu does not support non-contiguous outputs); compiled
+// graphs plan their views on those fake strides.
+template <class Op, class Native = void, bool kMatmul = false, bool kContiguous = false,
+          class Signature = typename Op::schema>
 struct Direct;
 
-template <class Op, class Native, bool kMatmul, class Result, class... Args>
-struct Direct<Op, Native, kMatmul, Result(Args...)> {
+template <class Op, class Native, bool kMatmul, bool kContiguous, class Result, class... Args>
+struct Direct<Op, Native, kMatmul, kContiguous, Result(Args...)> {
   // Arguments the schema marks as written are the non-const tensor references: `self` of in-place ops, `out`.
   template <class Arg>
   static constexpr bool kWritten = std::is_same_v<Arg, at::Tensor&>;
@@ -244,6 +248,7 @@ struct Direct<Op, Native, kMatmul, Result(Args...)> {
           std::apply([&](auto&... each) { kernel.meta(each...); }, cpu);
           std::apply([&](auto&... each) { kernel.impl(each..., kernel.cpu()); }, cpu);
           arguments.aliases().finishWrites();
+          if constexpr (kContiguous) return kernel.take().contiguous();
           return kernel.take();
         }
       }
@@ -299,10 +304,11 @@ VIRTUAL_HPU_LIBRARY_IMPL(aten, m) {
   namespace ops = at::_ops;
   namespace native = at::native;
   // out-of-place elementwise ops: the CPU kernel writes straight into device memory
-  registerKernels<Direct<ops::add_Tensor, native::structured_ufunc_add_CPU>,
-                  Direct<ops::sub_Tensor, native::structured_sub_out>,
-                  Direct<ops::mul_Tensor, native::structured_mul_out>,
-                  Direct<ops::div_Tensor, native::structured_div_out>, Direct<ops::neg, native::structured_neg_out>,
+  registerKernels<Direct<ops::add_Tensor, native::structured_ufunc_add_CPU, false, true>,
+                  Direct<ops::sub_Tensor, native::structured_sub_out, false, true>,
+                  Direct<ops::mul_Tensor, native::structured_mul_out, false, true>,
+                  Direct<ops::div_Tensor, native::structured_div_out, false, true>,
+                  Direct<ops::neg, native::structured_neg_out>,
                   Direct<ops::exp, native::structured_exp_out>, Direct<ops::sqrt, native::structured_sqrt_out>,
                   Direct<ops::rsqrt, native::structured_rsqrt_out>,
                   Direct<ops::pow_Tensor_Scalar, native::structured_pow_Tensor_Scalar_out>,
