@@ -157,12 +157,14 @@ def test_upstream_trainer_with_an_explicit_hpu_strategy_trains(tmp_path):
 def test_upstream_trainer_on_two_devices_trains_on_both(tmp_path):
     script = tmp_path / "upstream.py"
     script.write_text(
+        "import os\n"
         "import lightning.pytorch as upstream\n"
         "from lightning.pytorch.demos.boring_classes import BoringModel\n"
         "from pytorch_lightning.accelerators import HPUAccelerator\n"
         "trainer = upstream.Trainer(accelerator=HPUAccelerator(), devices=2, max_steps=1, logger=False)\n"
         "trainer.fit(BoringModel())\n"
-        "print('RESULT', trainer.global_rank, type(trainer.strategy).__name__, trainer.global_step)\n"
+        "result = f'RESULT {trainer.global_rank} {type(trainer.strategy).__name__} {trainer.global_step}\\n'\n"
+        "os.write(1, result.encode())  # one write: both ranks print into the same pipe\n"
     )
     env = {**os.environ, "MASTER_ADDR": "127.0.0.1"}
     result = subprocess.run(
