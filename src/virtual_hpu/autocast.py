@@ -97,7 +97,7 @@ DEFAULT_FP32 = (
 )
 # Their CPU kernels take a low-precision input with fp32 weights and statistics; only the input is cast so that
 # running statistics keep being updated in place.
-_INPUT_ONLY = frozenset({"batch_norm", "instance_norm", "group_norm", "layer_norm"})
+INPUT_ONLY = frozenset({"batch_norm", "instance_norm", "group_norm", "layer_norm"})
 
 # the variables Intel's bridge 1.19 and newer reads; it ignores the names older Gaudi software read (LOWER_LIST,
 # FP32_LIST), silently, and so does the virtual Gaudi
@@ -116,7 +116,7 @@ def set_op_lists(lower: Optional[Iterable[str]] = None, fp32: Optional[Iterable[
     new_fp32 = _fp32 if fp32 is None else op_names.resolve(fp32, "The fp32 list")
     lower_ops, input_ops, fp32_ops = [], [], []
     for name in new_lower:
-        (input_ops if name in _INPUT_ONLY else lower_ops).extend(op_names.overloads(name))
+        (input_ops if name in INPUT_ONLY else lower_ops).extend(op_names.overloads(name))
     for name in new_fp32:
         if name not in new_lower:
             fp32_ops.extend(op_names.overloads(name))

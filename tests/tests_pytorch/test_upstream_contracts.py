@@ -69,12 +69,15 @@ def test_gloo_options_the_virtual_hccl_copies():
 
 def test_the_host_fp8_gemm_the_amx_simulation_overrides():
     """``tests_virtual_hpu/amx_host.py``: the simulation of an AMX host replaces the CPU kernel of
-    ``aten::_scaled_mm`` (what the virtual Gaudi must never depend on) and restores it with ``Library._destroy``."""
+    ``aten::_scaled_mm`` (what the virtual Gaudi must never depend on) and restores it with ``Library._destroy``, which
+    ``lightning_fabric/plugins/precision/hpu_op_lists.py`` also calls to remove its autocast kernels."""
     has_kernel = torch._C._dispatch_has_kernel_for_dispatch_key("aten::_scaled_mm", "CPU")
     assert has_kernel or torch_support.installed() < torch_support.HOST_HAS_FP8_GEMM, (
         "aten::_scaled_mm has no CPU kernel any more: re-check tests_virtual_hpu/amx_host.py"
     )
-    assert callable(torch.library.Library._destroy), "torch.library.Library._destroy is gone: re-check amx_host.py"
+    assert callable(torch.library.Library._destroy), (
+        "torch.library.Library._destroy is gone: re-check amx_host.py and plugins/precision/hpu_op_lists.py"
+    )
 
 
 def test_the_host_low_precision_matmul_queries():
@@ -423,6 +426,13 @@ PRIVATE_NAMES = [
     ("torch", "torch._C", "_has_mps", "virtual_hpu/__init__.py", "telling a build with another accelerator"),
     ("torch", "torch._C", "_get_privateuse1_backend_name", "virtual_hpu/__init__.py", "PrivateUse1 free or ours"),
     ("torch", "torch._C._dynamo", "compiled_autograd", "virtual_hpu/.../compile_backend/experimental.py", "hooks"),
+    (
+        "torch",
+        "torch._C",
+        "_get_privateuse1_backend_name",
+        "lightning_fabric/plugins/precision/hpu_op_lists.py",
+        "which autocast dispatch key hpu's is",
+    ),
     (
         "neural_compressor",
         "neural_compressor.torch.algorithms.fp8_quant._quant_common",

@@ -299,7 +299,7 @@ def _make_inputs(case: Case, regime: str, low: torch.dtype, device: str) -> list
 def _policy(case: Case) -> str:
     lower, fp32 = autocast.op_lists()
     if case.op in lower:
-        return "input" if case.op in autocast._INPUT_ONLY else "lower"
+        return "input" if case.op in autocast.INPUT_ONLY else "lower"
     return "fp32" if case.op in fp32 else "none"
 
 

@@ -102,11 +102,6 @@ PAGE_ENV = {
     "virtual_hpu.rst": {"VIRTUAL_HPU": "0"},
     "hpu_intermediate.rst": {"NODE_RANK": "0"},
     "hpu_graphs.rst": {"PT_HPU_LAZY_MODE": "1"},
-    # Gaudi's bridge reads op lists when it loads: the README's are given to Python at start, as it says
-    "README.md": {
-        "PT_HPU_AUTOCAST_LOWER_PRECISION_OPS_LIST": "ops_bf16.txt",
-        "PT_HPU_AUTOCAST_FP32_OPS_LIST": "ops_fp32.txt",
-    },
 }
 OP_LISTS = {"ops_bf16.txt": "linear\nmatmul\n", "ops_fp32.txt": "softmax\n"}
 

@@ -1,26 +1,24 @@
 """Mixed precision on Intel Gaudi: ``torch.autocast("hpu")`` in bf16 or fp16, with Gaudi's op lists."""
 
 import os
-import sys
-from contextlib import AbstractContextManager
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any, Optional, Union
 
 import torch
 from lightning.fabric.plugins.precision.amp import MixedPrecision
-from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.fabric.utilities.rank_zero import rank_zero_info, rank_zero_warn
 from torch.nn import Module
 from typing_extensions import override
 
 from lightning_fabric.plugins.precision.hpu import HPUPrecision, check_generation, unified_precision
+from lightning_fabric.plugins.precision.hpu_op_lists import HPUAutocastOpLists
 
 AUTOCAST_DTYPES = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16, "fp8": torch.bfloat16}
 # the keys of the ``hmp_params`` dict of earlier Lightning releases, and the arguments they stand for
 _HMP_PARAMS = {"level": "opt_level", "verbose": "verbose", "bf16_ops": "bf16_file_path", "fp32_ops": "fp32_file_path"}
-# Gaudi's autocast reads its lower-precision and fp32 op lists from the files these variables name, once, when the
-# bridge loads (Intel's bridge 1.19 and newer); the second names are those older Gaudi software read (up to the 2023
-# releases, which read the first names and fell back to these with a deprecation warning)
+# the variable Gaudi's bridge (1.19 and newer) reads each list from, and the one older Gaudi software read
 _OP_LIST_VARIABLES = {
     "bf16_file_path": ("PT_HPU_AUTOCAST_LOWER_PRECISION_OPS_LIST", "LOWER_LIST"),
     "fp32_file_path": ("PT_HPU_AUTOCAST_FP32_OPS_LIST", "FP32_LIST"),
@@ -34,12 +32,11 @@ class HPUMixedPrecision(HPUPrecision, MixedPrecision, builds=("bf16-mixed", "16-
     type, as with upstream's. The Trainer's :class:`pytorch_lightning.plugins.HPUMixedPrecision` derives from it.
 
     ``Fabric(accelerator="hpu", precision="bf16-mixed")`` builds it; pass it in ``plugins`` to give op lists.
-    Gaudi's bridge reads the op lists once, when it loads, from the files that
-    ``PT_HPU_AUTOCAST_LOWER_PRECISION_OPS_LIST`` and ``PT_HPU_AUTOCAST_FP32_OPS_LIST`` name. Lists given here are
-    handed to it through those variables (and ``LOWER_LIST``/``FP32_LIST``, which older Gaudi software reads) when the
-    plugin is built, if the bridge has not loaded yet; they stay set for the rest of the process and the processes it
-    starts. Once the bridge has loaded (``import torch`` loads it in eager mode), lists other than those it read are
-    refused here, with how to set them before Python starts.
+    Gaudi's bridge reads its op lists once, when it loads, from the files that
+    ``PT_HPU_AUTOCAST_LOWER_PRECISION_OPS_LIST`` and ``PT_HPU_AUTOCAST_FP32_OPS_LIST`` name; a list given here
+    replaces the bridge's for the length of the plugin's autocast, in eager mode (compiled or not) and in lazy mode
+    (:class:`~lightning_fabric.plugins.precision.hpu_op_lists.HPUAutocastOpLists`), so two runs in one process may
+    give different lists. A list left out is the bridge's.
 
     Args:
         precision: ``"bf16-mixed"`` or ``"16-mixed"``; ``16`` and ``"16"`` mean ``"bf16-mixed"``, as in Lightning 1.x.
@@ -65,7 +62,7 @@ class HPUMixedPrecision(HPUPrecision, MixedPrecision, builds=("bf16-mixed", "16-
         verbose: bool = False,
         hmp_params: Optional[dict[str, Any]] = None,
     ) -> None:
-        # the device's generation is asked for last: asking loads the bridge, which must see the op lists first
+        # the device's generation is asked for last, after the checks of the arguments alone
         self.precision = unified_precision(precision, self._precisions, type(self).__name__)
         settings = {
             "opt_level": opt_level,
@@ -80,13 +77,18 @@ class HPUMixedPrecision(HPUPrecision, MixedPrecision, builds=("bf16-mixed", "16-
                 " implements 'O1' (op lists). Use `opt_level='O1'` and list the ops to lower in `bf16_file_path`."
             )
         self.verbose = bool(settings["verbose"])
-        # checked now, so that a typo fails before any work
-        self.op_list_files = _hand_op_lists_to_bridge(settings, type(self).__name__)
+        # read now, so that a typo fails before any work
+        self.op_list_files = _op_list_files(settings)
+        self.op_lists = HPUAutocastOpLists(
+            *(_read_op_list(settings[argument]) for argument in ("bf16_file_path", "fp32_file_path"))
+        )
         check_generation(self.precision)
 
-    def autocast_context_manager(self) -> AbstractContextManager:
-        """``torch.autocast("hpu")`` in this precision's lower type."""
-        return torch.autocast(device_type="hpu", dtype=AUTOCAST_DTYPES[self.precision])
+    @contextmanager
+    def autocast_context_manager(self) -> Iterator[None]:
+        """``torch.autocast("hpu")`` in this precision's lower type, with the op lists given in force."""
+        with self.op_lists.in_force(), torch.autocast(device_type="hpu", dtype=AUTOCAST_DTYPES[self.precision]):
+            yield
 
     @override
     def forward_context(self) -> AbstractContextManager:
@@ -105,47 +107,26 @@ class HPUMixedPrecision(HPUPrecision, MixedPrecision, builds=("bf16-mixed", "16-
         return super().convert_module(module)
 
 
-def _bridge_loaded() -> bool:
-    """Whether Gaudi's bridge (or the virtual Gaudi's facade) has loaded in this process, and so read its op lists."""
-    return "habana_frameworks.torch" in sys.modules
-
-
-def _hand_op_lists_to_bridge(settings: dict[str, Any], owner: str) -> dict[str, Optional[str]]:
-    """The op-list files in force, by the variable the bridge reads: those given, else those the environment names.
-
-    Files given that the environment does not already name are put in it for the bridge to read when it loads; once it
-    has loaded, that is too late, and they are refused."""
+def _op_list_files(settings: dict[str, Any]) -> dict[str, Optional[str]]:
+    """The op-list file in force for each variable the bridge reads: the one given, else the one the environment
+    names (checked: the bridge read it when it loaded)."""
     in_force: dict[str, Optional[str]] = {}
-    to_hand: dict[tuple[str, str], str] = {}
     for argument, (variable, older) in _OP_LIST_VARIABLES.items():
-        current = os.environ.get(variable) or None
-        if settings[argument] is None:
-            if current is None and os.environ.get(older):
-                rank_zero_warn(
-                    f"{older} is set but Gaudi software 1.19 and newer reads {variable} instead: set it to the same"
-                    " file before Python starts, or the default list applies there."
-                )
-            in_force[variable] = _validated_op_list(current, argument, variable)
+        if settings[argument] is not None:
+            in_force[variable] = _checked_op_list(settings[argument], argument, variable)
             continue
-        path = _checked_op_list(settings[argument], argument, variable)
-        in_force[variable] = path
-        if current is None or Path(current).resolve() != Path(path):
-            to_hand[(variable, older)] = path
-    if to_hand and _bridge_loaded():
-        read = ", ".join(
-            f"{variable}={os.environ[variable]!r}" if os.environ.get(variable) else f"{variable} unset"
-            for variable, _ in to_hand
-        )
-        assignments = " ".join(f"{variable}={path}" for variable, path in in_force.items() if path is not None)
-        raise MisconfigurationException(
-            f"`{owner}` was given op lists that Gaudi's bridge has not read: it reads them once, when it loads, and it"
-            f" has loaded already (`import torch` loads it in eager mode), with {read}. Set the variables before"
-            f" Python starts, e.g. `{assignments} python train.py`; the plugin's arguments may then name the same"
-            " files or be left out."
-        )
-    for (variable, older), path in to_hand.items():
-        os.environ[variable] = os.environ[older] = path
+        current = os.environ.get(variable) or None
+        if current is None and os.environ.get(older):
+            rank_zero_warn(
+                f"{older} is set but Gaudi software 1.19 and newer reads {variable} instead: set it to the same"
+                " file before Python starts, or pass the file to the plugin, or the default list applies there."
+            )
+        in_force[variable] = None if current is None else _checked_op_list(current, argument, variable)
     return in_force
+
+
+def _read_op_list(path: Optional[str]) -> Optional[list[str]]:
+    return None if path is None else Path(path).read_text().splitlines()
 
 
 def _settings_from_hmp_params(hmp_params: Optional[dict[str, Any]], explicit: dict[str, Any]) -> dict[str, Any]:
@@ -163,10 +144,6 @@ def _settings_from_hmp_params(hmp_params: Optional[dict[str, Any]], explicit: di
     if clashes:
         raise ValueError(f"`hmp_params` keys {clashes} repeat constructor arguments of `HPUPrecisionPlugin`; pass one.")
     return {_HMP_PARAMS[key]: value for key, value in hmp_params.items()}
-
-
-def _validated_op_list(path: Optional[str], argument: str, variable: str) -> Optional[str]:
-    return None if path is None else _checked_op_list(path, argument, variable)
 
 
 def _checked_op_list(path: str, argument: str, variable: str) -> str:
