@@ -54,6 +54,7 @@ def test_demo_on_two_hpus_in_bf16():
     assert 3 <= int(count) <= 8
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize(
     ("arguments", "env"),
     [pytest.param(["--no-compile"], {}, marks=VARIANT), ([], {"PT_HPU_LAZY_MODE": "1"})],
@@ -135,6 +136,7 @@ def test_fabric_example_on_two_hpus_in_bf16():
     assert {name.split(".")[0] for name in imported} == {"argparse", "lightning", "sklearn", "torch"}
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize(
     ("arguments", "env"),
     [

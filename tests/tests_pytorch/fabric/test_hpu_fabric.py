@@ -203,6 +203,7 @@ def test_model_parallel_refuses_what_would_not_train(tmp_path):
 
 
 # ddp resumes as fsdp does; its run (40 s) is a stress run, to keep the suite under its time
+@pytest.mark.heavy
 @pytest.mark.parametrize("strategy", [pytest.param("ddp", marks=pytest.mark.stress), "fsdp"])
 def test_resumed_two_rank_run_equals_an_uninterrupted_one(tmp_path, strategy):
     checkpoint = tmp_path / "checkpoint"

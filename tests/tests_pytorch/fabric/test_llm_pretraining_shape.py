@@ -36,6 +36,7 @@ def _finished(run: subprocess.Popen, out: Path) -> list:
     return rank_results(out)
 
 
+@pytest.mark.heavy
 @pytest.mark.slow
 def test_llm_pretraining_script_on_two_hpus_follows_the_cpu(tmp_path):
     runs = {

@@ -10,6 +10,7 @@ from tests_pytorch.helpers.processes import assert_same_parameters, rank_results
 SCRIPT = Path(__file__).parents[1] / "helpers" / "hpex_optimizers_run.py"
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize(
     ("fused", "counterpart", "state_keys"),
     [

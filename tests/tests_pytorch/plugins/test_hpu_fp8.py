@@ -118,6 +118,7 @@ def _digits_fit(precision_plugin: HPUPrecisionPlugin, epochs: int) -> tuple:
     return model, model.losses, metrics["test_acc"]
 
 
+@pytest.mark.heavy
 @pytest.mark.slow
 def test_fp8_training_follows_bf16_and_reaches_the_demo_accuracy():
     _, bf16_losses, bf16_accuracy = _digits_fit(HPUPrecisionPlugin("bf16-mixed"), epochs=6)

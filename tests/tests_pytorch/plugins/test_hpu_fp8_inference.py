@@ -144,6 +144,7 @@ def test_measuring_and_quantizing_in_one_process_is_refused(tmp_path):
     assert "refused: This process has already measured a model for fp8 inference and cannot quantize" in result.stdout
 
 
+@pytest.mark.heavy
 def test_a_failed_measurement_leaves_the_statistics_folder_as_it_was(tmp_path):
     """Intel Neural Compressor moves earlier statistics aside when a measurement starts; ours reach ``fp8_data_path``
     only when the stage succeeds, and earlier ones of the same names are kept in a backup folder then."""
@@ -337,6 +338,7 @@ print('prepared', type(model.module[0]).__name__)
 """
 
 
+@pytest.mark.heavy
 def test_fabric_measures_then_quantizes_with_its_plugin(tmp_path):
     """Fabric's ``HPUFP8InferencePrecision``: ``setup_module`` prepares the model, the strategy's teardown writes the
     measurements, a later process quantizes from them."""

@@ -12,6 +12,9 @@ import pytest
 
 from tests_pytorch.reliability.processes import rank_pids, wait_until_gone
 
+# the whole module's 2-process scenarios start at once and take most of a minute of both cores
+pytestmark = pytest.mark.heavy
+
 # runs of the "fail" scenario, started together; the tests check them one by one
 SCENARIOS = {
     "rank 1 raises, rank 0 stuck": ("--failing-rank", "1", "--stuck-rank", "0"),

@@ -11,6 +11,9 @@ import pytest
 
 from tests_pytorch.reliability.processes import rank_pids, wait_until_gone
 
+# the whole module's 2-process scenarios start at once and take most of a minute of both cores
+pytestmark = pytest.mark.heavy
+
 # runs started together; the tests check them one by one
 SCENARIOS = {
     "trainer, every rank": ("handled", "--failing-rank", "-1"),

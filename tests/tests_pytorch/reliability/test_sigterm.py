@@ -16,6 +16,9 @@ import pytest
 
 from tests_pytorch.reliability.processes import wait_until_gone
 
+# the whole module's 2-process scenarios start at once and take most of a minute of both cores
+pytestmark = pytest.mark.heavy
+
 STOP_WITHIN, EXIT_WITHIN = 5, 60  # seconds; a 2-process run takes ~10 s to exit after training on a busy machine
 
 

@@ -404,6 +404,7 @@ def references(tmp_path_factory) -> dict:
 
 
 # stage 3 shards what stage 2 does and more; stage 2 (33 s) is a stress run, to keep the suite under its time
+@pytest.mark.heavy
 @pytest.mark.parametrize("stage", [pytest.param(2, marks=pytest.mark.stress), 3])
 def test_two_processes_match_one_and_resume_from_zero_checkpoint(tmp_path, references, stage):
     """Each rank trains on its own rows; ZeRO all-reduces (stage 2) or partitions and gathers (stage 3) so that both

@@ -94,6 +94,7 @@ def test_bad_inputs_are_refused_before_any_work():
         pl.Trainer(accelerator="cpu", devices=2, strategy=HPUFSDPStrategy())
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("kind", variants(["full", "sharded"], kept=["full"]))
 def test_checkpoints_resume_two_processes_where_an_uninterrupted_run_ends(tmp_path, references, kind):
     """Model, optimizer (momentum), scheduler and epoch come back from a full checkpoint (one file, loaded into the

@@ -62,6 +62,7 @@ def test_fp8_is_refused_before_any_work():
         pl.Trainer(accelerator="hpu", devices=2, strategy="model_parallel", precision="fp8")
 
 
+@pytest.mark.heavy
 @NEEDS_FSDP2
 def test_a_distributed_checkpoint_resumes_where_an_uninterrupted_run_ends(tmp_path, references):
     """Model (DTensor shards), optimizer momentum, scheduler and epoch come back from a distributed checkpoint."""

@@ -59,6 +59,7 @@ def test_fit_fit_test_predict_with_prepare_data_and_a_gloo_group_of_the_users(tm
         assert result["predictions"] == 2
 
 
+@pytest.mark.heavy
 @NEEDS_FSDP2  # with hpu_model_parallel, whose model is sharded with fully_shard
 def test_fit_fit_test_predict_on_four_hpus(tmp_path):
     """The sequence that hung with ``ModelParallelStrategy`` on 4 HPUs."""
