@@ -27,6 +27,8 @@ class HPUFlags:
         work: what it does on the virtual Gaudi (``"train"``), for that message.
         precision_aliases: its precision flags of other devices that mean one of Gaudi's.
         check_nodes: what it checks of ``(num_nodes, devices, strategy, plugins)`` before any process starts.
+        cluster_environment: the environment it adds for ``(plugins, strategy)`` when a launcher upstream does not
+            detect started the process (``None``: none), checked against the run at once.
     """
 
     strategies: StrategyChoice
@@ -35,6 +37,7 @@ class HPUFlags:
     work: str
     precision_aliases: Mapping[str, str] = field(default_factory=dict)
     check_nodes: Optional[Callable[[Any, int, Any, list[Any]], None]] = None
+    cluster_environment: Optional[Callable[[list[Any], Any], Any]] = None
 
     def resolve(self, flags: dict[str, Any]) -> dict[str, Any]:
         """Return the connector's arguments (``accelerator``, ``strategy``, ``devices``, ``num_nodes``,
@@ -52,7 +55,7 @@ class HPUFlags:
                 f" stack, or set `VIRTUAL_HPU=1` to {self.work} on the virtual Gaudi."
             )
         devices = choice.devices(strategy, _first_devices(flags["devices"], choice.owner, choice.error))
-        plugins = _as_list(flags["plugins"])
+        plugins = self._with_cluster_environment(_as_list(flags["plugins"]), strategy, devices, flags["num_nodes"])
         hpu_strategy = choice.choose(strategy, devices, flags["num_nodes"], chosen_by_auto=accelerator == "auto")
         if self.check_nodes is not None:
             self.check_nodes(flags["num_nodes"], devices, strategy, plugins)
@@ -66,6 +69,16 @@ class HPUFlags:
             "strategy": hpu_strategy,
             **self.precisions.resolve(precision, plugins, hpu_strategy, choice.strategy_class(hpu_strategy)),
         }
+
+    def _with_cluster_environment(self, plugins: list[Any], strategy: Any, devices: Any, num_nodes: Any) -> list[Any]:
+        """``plugins`` with the environment of a launcher upstream does not detect (mpirun without mpi4py), checked
+        against the run now: a mismatch then fails on every rank before any of them waits for another."""
+        environment = None if self.cluster_environment is None else self.cluster_environment(plugins, strategy)
+        if environment is None:
+            return plugins
+        if isinstance(devices, int) and isinstance(num_nodes, int):
+            environment.validate_settings(num_devices=devices, num_nodes=num_nodes)
+        return [*plugins, environment]
 
 
 def _first_devices(devices: Any, owner: str, error: type[Exception]) -> Any:
