@@ -78,14 +78,15 @@ def _with_fabric() -> dict:
     }
 
 
-run = _with_trainer if args.face == "trainer" else _with_fabric
-first = run()
-# a later run in the same process reads the ranks anew, not from what the first one (or the bridge) wrote
-second = run()
 from habana_frameworks.torch.distributed.hccl import initialize_distributed_hpu  # noqa: E402
 
+run = _with_trainer if args.face == "trainer" else _with_fabric
+first = run()
+# what Gaudi's bridge does when its hccl module loads (during the first run): RANK, LOCAL_RANK, WORLD_SIZE and
+# HLS_MODULE_ID from Open MPI's variables; a later run in the same process reads the ranks anew all the same
 world_size, rank, local_rank = initialize_distributed_hpu()
 bridge = {"ranks": [rank, local_rank, world_size], "card": os.environ.get("HLS_MODULE_ID")}
+second = run()
 found = {"first": first, "second": second, "bridge": bridge}
 with open(os.path.join(args.out, f"rank{first['ranks'][0]}.json"), "w") as file:
     json.dump(found, file)
