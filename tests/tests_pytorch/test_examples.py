@@ -80,6 +80,7 @@ def test_language_model_loss_falls_in_bf16(devices):
     assert f"trained on {devices} x HPUAccelerator in bf16-mixed" in result.stdout
 
 
+@pytest.mark.heavy
 def test_deepspeed_example_zero3_bf16_on_two_hpus():
     result = _run("pytorch/hpu_deepspeed.py", "--devices", "2", "--stage", "3")
     # each rank holds half of the parameters: ZeRO-3 partitioned them

@@ -45,6 +45,7 @@ def _assert_compiled_like_eager(ranks: list, strategies: tuple) -> None:
                 torch.testing.assert_close(losses[strategy, how], eager, rtol=1e-4, atol=1e-5, msg=(strategy, how))
 
 
+@pytest.mark.heavy
 @pytest.mark.slow
 def test_fabric_two_hpus_compiled_train_like_eager(tmp_path):
     strategies = ("ddp", "fsdp", "deepspeed_stage_2")

@@ -165,7 +165,7 @@ def test_fsdp_two_ranks_equal_one_process_on_the_union(tmp_path, precision, tole
 @pytest.mark.parametrize(
     "strategy",
     [
-        pytest.param("model_parallel_fsdp2", marks=NEEDS_FSDP2),
+        pytest.param("model_parallel_fsdp2", marks=(NEEDS_FSDP2, pytest.mark.heavy)),
         "model_parallel_tp",
     ],
 )

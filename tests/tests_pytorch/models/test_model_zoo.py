@@ -120,6 +120,7 @@ def test_trains_like_cpu(single_device, model, precision, mode):
     _assert_trains_like_cpu(case, single_device[mode][key], single_device["cpu"][key], TOLERANCES[precision])
 
 
+@pytest.mark.heavy
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("precision", PARALLEL_PRECISIONS)

@@ -1,9 +1,12 @@
 """A module compiled as CUDA code compiles it, trained on 2 HPUs."""
 
+import pytest
+
 from tests_pytorch.helpers.processes import rank_results, wait
 from tests_pytorch.multi_device.test_trainer_patterns import assert_close, launch
 
 
+@pytest.mark.heavy
 def test_compiled_module_with_the_default_backend(tmp_path):
     """``Trainer.fit(torch.compile(model))``, as CUDA code writes it."""
     wait(launch(tmp_path / "run", "compiled"))

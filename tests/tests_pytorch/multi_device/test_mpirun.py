@@ -52,7 +52,9 @@ def _trained_together(results: list) -> None:
 
 @needs_mpirun
 @pytest.mark.parametrize(
-    ("face", "mpi4py"), [("trainer", False), ("fabric", True)], ids=["trainer-without-mpi4py", "fabric-with-mpi4py"]
+    ("face", "mpi4py"),
+    [("trainer", False), pytest.param("fabric", True, marks=pytest.mark.heavy)],
+    ids=["trainer-without-mpi4py", "fabric-with-mpi4py"],
 )
 def test_mpirun_ranks_train_together_on_the_cards_the_bridge_gives_them(tmp_path, face, mpi4py):
     result = _mpirun(tmp_path, "--face", face, *(["--mpi4py"] if mpi4py else []), exported=("HABANA_VISIBLE_MODULES",))
@@ -67,6 +69,7 @@ def test_mpirun_ranks_train_together_on_the_cards_the_bridge_gives_them(tmp_path
     _trained_together(results)
 
 
+@pytest.mark.heavy
 def test_two_nodes_of_one_rank_each_train_together(tmp_path):
     """Each process gets what Open MPI gives a process on a host of its own (one slot per host), and the rendezvous
     that Intel's multi-node lines export."""

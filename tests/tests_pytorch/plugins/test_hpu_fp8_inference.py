@@ -88,6 +88,7 @@ def _script(tmp_path: Path, body: str) -> str:
     return str(path)
 
 
+@pytest.mark.heavy
 def test_user_json_configurations_are_read_never_written(tmp_path):
     """``QUANT_CONFIG`` names the measurement JSON (its ``dump_stats_path`` places the statistics), ``quant=<path>``
     the quantization JSON; both files and the packaged ones are byte-identical afterwards."""

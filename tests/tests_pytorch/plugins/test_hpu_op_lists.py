@@ -103,7 +103,7 @@ def _run(tmp_path, form: str, devices: int, **env: str) -> list[dict]:
     [
         ("arguments", 1, {"PT_HPU_LAZY_MODE": "1"}),
         ("compiled", 1, {"PT_HPU_LAZY_MODE": "0"}),
-        ("hmp_params", 2, {"PT_HPU_LAZY_MODE": "0"}),
+        pytest.param("hmp_params", 2, {"PT_HPU_LAZY_MODE": "0"}, marks=pytest.mark.heavy),
     ],
     ids=["lazy-1-hpu", "compiled-1-hpu", "eager-hmp-params-2-hpus"],
 )
