@@ -13,6 +13,10 @@ resolves its flags through the same connector. The Trainer's callback connector
 (``lightning.pytorch.trainer.connectors.callback_connector._CallbackConnector``) has an HPU subclass too,
 :class:`_lightning_hpu.callback_connector.HPUCallbackConnector`: upstream logs a line for its own devices only and picks
 its default progress bar for them, so through it every Trainer on HPUs logs the HPU line and gets the HPU progress bar.
+One function gets the same treatment: upstream's table of peak FLOPs
+(``lightning.fabric.utilities.throughput.get_available_flops``) knows CUDA and XLA only, so its throughput tools' name
+for it refers to :func:`_lightning_hpu.throughput.get_available_flops`, which knows Gaudi and asks upstream's for other
+devices.
 
 How they get there: this distribution registers :func:`autoload` in the ``torch.backends`` entry-point group, PyTorch's
 device-backend autoload, which Intel's Gaudi bridge uses to load itself. PyTorch calls it at the end of
@@ -42,8 +46,8 @@ from typing import NamedTuple, Optional, Sequence
 
 
 class _Rebinding(NamedTuple):
-    """Upstream's connector ``name`` in ``module``, built by ``user``, our subclass ``hpu`` (``module:class``), and
-    ``why`` upstream's will not do."""
+    """Upstream's ``name`` in ``module`` (a connector, or a function), used by ``user``, our counterpart ``hpu``
+    (``module:attribute``: a subclass, or a function that wraps upstream's), and ``why`` upstream's will not do."""
 
     module: str
     name: str
@@ -81,6 +85,14 @@ _REBINDINGS = (
         "upstream logs a line for its own devices only and picks its default progress bar for them: without it"
         " `lightning.Trainer` would not say it uses HPUs, and its bar would wait for the HPU after every step",
     ),
+    _Rebinding(
+        "lightning.fabric.utilities.throughput",
+        "get_available_flops",
+        "lightning.pytorch.callbacks.throughput_monitor",
+        "_lightning_hpu.throughput:get_available_flops",
+        "upstream's table of peak FLOPs knows CUDA and XLA devices only, so its throughput tools (the Trainer's"
+        " `ThroughputMonitor`, Fabric's) log no `device/mfu` on HPUs; nothing lets a device add its figures",
+    ),
 )
 
 
@@ -115,10 +127,12 @@ def gaudi_present() -> bool:
 
 
 def _use_hpu_connector(rebinding: _Rebinding, connector: ModuleType) -> None:
-    module_name, class_name = rebinding.hpu.split(":")
-    hpu = getattr(importlib.import_module(module_name), class_name)
+    module_name, attribute = rebinding.hpu.split(":")
+    hpu = getattr(importlib.import_module(module_name), attribute)
+    # what ours stands in for: the class it derives from, or the function it wraps
+    upstream = hpu.__base__ if isinstance(hpu, type) else hpu.__wrapped__
     for module in (connector, sys.modules.get(rebinding.user)):
-        if module is not None and getattr(module, rebinding.name, None) is hpu.__base__:
+        if module is not None and getattr(module, rebinding.name, None) is upstream:
             setattr(module, rebinding.name, hpu)
 
 

@@ -13,23 +13,25 @@ from _lightning_hpu import _REBINDINGS
 from virtual_hpu.foreign_names import ForeignName
 
 _APPLY_CONNECTOR = "_lightning_hpu/__init__.py::_use_hpu_connector"
+# a connector class is replaced by a subclass, a function by one that wraps it
+_KIND = {True: "subclass", False: "counterpart, which calls it for other devices"}
 
 FOREIGN_NAMES = (
     *(
         ForeignName(
             f"{module}.{rebinding.name}",
-            f"`{rebinding.hpu.replace(':', '.')}`, its HPU subclass",
+            f"`{rebinding.hpu.replace(':', '.')}`, its HPU {_KIND[rebinding.name[0].isupper()]}",
             _APPLY_CONNECTOR,
             "when a Gaudi is present (Intel's `habana_frameworks` installed, or VIRTUAL_HPU=1): at `import torch`"
             " (PyTorch's device-backend autoload) or at `import pytorch_lightning` / `import lightning_fabric`, as"
             f" soon as `{rebinding.module}` has run; for the process",
-            f"{rebinding.why}; the subclass reaches `lightning.Trainer` and `lightning.Fabric`, which scripts and"
+            f"{rebinding.why}; ours reaches `lightning.Trainer` and `lightning.Fabric`, which scripts and"
             " libraries already use",
             "TORCH_DEVICE_BACKEND_AUTOLOAD=0 and importing neither `pytorch_lightning` nor `lightning_fabric`; or no"
             " Gaudi (VIRTUAL_HPU unset, no `habana_frameworks`)",
         )
         for rebinding in _REBINDINGS
-        # the connector's module, and the module that builds it where that has already bound the name
+        # upstream's module, and the module that uses the name where that has already bound it
         for module in (rebinding.module, rebinding.user)
     ),
     ForeignName(
