@@ -98,7 +98,7 @@ def _listed(variable: str, default: tuple[str, ...]) -> tuple[str, ...]:
     return op_names.resolve(Path(path).read_text().splitlines(), f"{variable}={path!r}")
 
 
-def _kernel(op: torch._ops.OpOverload, policy: str, first_only: bool) -> Callable[..., Any]:
+def _kernel(op: Callable[..., Any], policy: str, first_only: bool) -> Callable[..., Any]:
     """A casting kernel for ``op``: its floating-point hpu tensors to the autocast type (``"lower"``), to fp32
     (``"fp32"``) or left as they are (``"input"``), then the op below autocast, as torch's own autocast kernels do."""
 
