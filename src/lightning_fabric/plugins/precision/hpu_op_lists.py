@@ -49,13 +49,13 @@ class HPUAutocastOpLists:
             return
         if self._kernels is None:
             self._kernels = list(self._make_kernels())
-        library = torch.library.Library("aten", "IMPL")
+        key, library = _autocast_key(), torch.library.Library("aten", "IMPL")
         try:
             with warnings.catch_warnings():
                 # torch warns once per process that a kernel overrides the bridge's: that is the point
                 warnings.filterwarnings("ignore", message=".*overrid", category=UserWarning)
                 for overload, kernel in self._kernels:
-                    library.impl(overload, kernel, _autocast_key())
+                    library.impl(overload, kernel, key)
             yield
         finally:
             # drops these registrations only; the bridge's come back
