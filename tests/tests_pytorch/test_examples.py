@@ -123,6 +123,7 @@ def test_fsdp_example_llama_on_two_hpus_in_bf16(mode):
     assert train[2] < 0.75 * train[0]
 
 
+@pytest.mark.heavy
 def test_fabric_example_on_two_hpus_in_bf16():
     result = _run("fabric/hpu_fabric.py", OMP_NUM_THREADS="1")
     (line,) = [line for line in result.stdout.splitlines() if line.startswith("final metrics")]

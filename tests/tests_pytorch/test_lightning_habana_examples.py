@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests_pytorch.helpers.processes import free_port
+from tests_pytorch.helpers.processes import free_port, marked
 
 EXAMPLES = Path(__file__).parent / "helpers" / "lightning_habana_examples"
 REPORT = "LH_REPORT "
@@ -38,9 +38,7 @@ def _run_script(script: str, *arguments: str, cwd: Path, **env: str) -> subproce
 
 
 def _reports(result: subprocess.CompletedProcess) -> list:
-    # a report is one write ending its line, but another process's output without a line end (a progress bar's) may
-    # stand before it (one tenant's report was lost so in a full run)
-    return [json.loads(line.split(REPORT, 1)[1]) for line in result.stdout.splitlines() if REPORT in line]
+    return [json.loads(report) for report in marked(result.stdout, REPORT)]
 
 
 def _succeeded(result: subprocess.CompletedProcess) -> None:
@@ -262,6 +260,7 @@ def _assert_graphs_used(run_type: str, mode: str, report: dict) -> None:
 # ---- language_model.py -------------------------------------------------------------------------------------------
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize(
     "strategy",
     [

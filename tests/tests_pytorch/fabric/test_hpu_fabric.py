@@ -248,6 +248,7 @@ L.Fabric(accelerator="hpu", devices=2, strategy=sys.argv[2]).launch(train)
 """
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
 def test_process_group_ends_before_interpreter_shutdown(tmp_path, strategy):
     """The group's backend threads stop at exit while the interpreter still runs: left to its shutdown, a gloo thread

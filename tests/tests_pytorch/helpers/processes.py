@@ -46,3 +46,12 @@ def assert_same_parameters(first: dict, second: dict, tolerance: float = 0.0) ->
     assert first.keys() == second.keys()
     for name in first:
         torch.testing.assert_close(first[name], second[name], rtol=tolerance, atol=tolerance, msg=name)
+
+
+def marked(output: str, marker: str) -> list[str]:
+    """What follows ``marker`` on each line of ``output`` that has it.
+
+    Each process writes its report in one write ending its line, but another process's output without a line end (a
+    progress bar's, a library's log) may stand before it in a shared pipe: a report was lost so in a full run when
+    only lines starting with the marker were read."""
+    return [line.split(marker, 1)[1] for line in output.splitlines() if marker in line]

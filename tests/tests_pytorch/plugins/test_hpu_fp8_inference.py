@@ -37,6 +37,7 @@ def _run(arguments: list, cwd: Path, **environment: str) -> subprocess.Completed
     return result
 
 
+@pytest.mark.heavy
 @pytest.mark.slow
 @pytest.mark.parametrize("lazy", variants(["0", "1"], kept=["0"]))
 def test_measure_then_quantize_the_demo_in_new_processes(tmp_path, lazy):

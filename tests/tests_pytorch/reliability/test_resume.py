@@ -11,6 +11,9 @@ import signal
 import pytest
 import torch
 
+# the module's runs (1 and 2 devices, uninterrupted and killed) start at once and take most of a minute of both cores
+pytestmark = pytest.mark.heavy
+
 STEPS, EVERY, KILL_AT = 20, 3, 11  # checkpoints after steps 3, 6, 9, ...; killed after step 11; resumed at step 9
 
 

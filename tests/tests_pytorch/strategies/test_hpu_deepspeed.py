@@ -15,7 +15,7 @@ from torch.utils.data import DataLoader, TensorDataset
 import pytorch_lightning as pl
 from pytorch_lightning.plugins import HPUDeepSpeedPrecisionPlugin
 from pytorch_lightning.strategies import HPUDeepSpeedStrategy
-from tests_pytorch.helpers.processes import assert_same_parameters, rank_results, run_ddp, wait
+from tests_pytorch.helpers.processes import assert_same_parameters, marked, rank_results, run_ddp, wait
 from tests_pytorch.helpers.runif import VARIANT, variants
 
 FEATURES = 32
@@ -570,7 +570,7 @@ def test_inference_arguments_of_lightning_habana_run_deepspeed_inference(tmp_pat
     env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "OMP_NUM_THREADS": "1"}
     result = subprocess.run([sys.executable, str(script), form], capture_output=True, text=True, timeout=300, env=env)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    ranks = [json.loads(line[7:]) for line in result.stdout.splitlines() if line.startswith("RESULT ")]
+    ranks = [json.loads(report) for report in marked(result.stdout, "RESULT ")]
     assert sorted(rank["rank"] for rank in ranks) == [0, 1]
     for rank in ranks:
         assert rank["engine"] == "InferenceEngine"
@@ -705,7 +705,7 @@ def test_the_inference_engines_dtype_wins_in_every_precision(tmp_path, devices):
     for run in runs:
         stdout, stderr = run.communicate(timeout=900)
         assert run.returncode == 0, stdout[-3000:] + stderr[-3000:]
-        found += [json.loads(line[7:]) for line in stdout.splitlines() if line.startswith("RESULT ")]
+        found += [json.loads(report) for report in marked(stdout, "RESULT ")]
     assert sorted((one["precision"], one["rank"]) for one in found) == sorted(
         (precision, rank) for precision in _ENGINE_OUTPUT for rank in range(devices)
     )

@@ -119,6 +119,7 @@ def test_lightning_alone_in_any_import_order(imports, accelerator):
     assert result.stdout.split()[-3:] == ["HPUAccelerator", "HPUParallelStrategy", "HPUMixedPrecision"]
 
 
+@pytest.mark.heavy
 def test_autoload_turned_off():
     """``TORCH_DEVICE_BACKEND_AUTOLOAD=0`` turns off every device backend's autoload, ours with it: importing
     ``pytorch_lightning`` (before or after ``lightning``) then has the Trainer resolve HPU flags."""
