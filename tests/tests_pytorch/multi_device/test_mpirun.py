@@ -46,6 +46,31 @@ def _results(tmp_path: Path, result: subprocess.CompletedProcess) -> list:
     return [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in (0, 1)]
 
 
+def _two_processes_given_mpiruns_variables(tmp_path: Path, local_size: int) -> list:
+    """``mpirun_run.py --devices 1 --num-nodes 2`` in two processes given the variables Open MPI gives its ranks: one
+    slot per host (``local_size=1``, two nodes) or two on one host; each one's exit code and output."""
+    environment = _environment()
+    runs = []
+    for rank in (0, 1):
+        local_rank = rank % local_size
+        variables = dict(zip(_OMPI, ("2", str(rank), str(local_rank), str(local_size))))
+        runs.append(
+            subprocess.Popen(
+                [sys.executable, str(SCRIPT), "--out", str(tmp_path), "--devices", "1", "--num-nodes", "2"],
+                env={**environment, **variables},
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+        )
+    return [_finished(run) for run in runs]
+
+
+def _finished(run: subprocess.Popen) -> tuple:
+    output, _ = run.communicate(timeout=300)
+    return run.returncode, output
+
+
 def _trained_together(results: list) -> None:
     assert results[0]["first"]["weight"] == results[1]["first"]["weight"]
     assert results[0]["second"]["weight"] == results[1]["second"]["weight"]
@@ -74,20 +99,8 @@ def test_mpirun_ranks_train_together_on_the_cards_the_bridge_gives_them(tmp_path
 def test_two_nodes_of_one_rank_each_train_together(tmp_path):
     """Each process gets what Open MPI gives a process on a host of its own (one slot per host), and the rendezvous
     that Intel's multi-node lines export."""
-    environment = _environment()
-    runs = [
-        subprocess.Popen(
-            [sys.executable, str(SCRIPT), "--out", str(tmp_path), "--devices", "1", "--num-nodes", "2"],
-            env={**environment, **dict(zip(_OMPI, ("2", str(rank), "0", "1")))},
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        for rank in (0, 1)
-    ]
-    for run in runs:
-        output, _ = run.communicate(timeout=300)
-        assert run.returncode == 0, output[-3000:]
+    for returncode, output in _two_processes_given_mpiruns_variables(tmp_path, local_size=1):
+        assert returncode == 0, output[-3000:]
     results = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in (0, 1)]
     for rank, found in enumerate(results):
         assert found["first"]["ranks"] == found["second"]["ranks"] == [rank, 0, rank, 2]
@@ -114,19 +127,8 @@ def test_a_launch_that_cannot_work_fails_at_once(tmp_path):
 
 def test_every_rank_of_such_a_launch_fails_before_any_rendezvous(tmp_path):
     """Each process, as mpirun starts two on one host, fails by itself: none waits for the other."""
-    runs = [
-        subprocess.Popen(
-            [sys.executable, str(SCRIPT), "--out", str(tmp_path), "--devices", "1", "--num-nodes", "2"],
-            env={**_environment(), **dict(zip(_OMPI, ("2", str(rank), str(rank), "2")))},
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        for rank in (0, 1)
-    ]
-    for run in runs:
-        output, _ = run.communicate(timeout=120)
-        assert run.returncode != 0 and _MISMATCH in output, output[-3000:]
+    for returncode, output in _two_processes_given_mpiruns_variables(tmp_path, local_size=2):
+        assert returncode != 0 and _MISMATCH in output, output[-3000:]
 
 
 def _as_if_started_by_mpirun(monkeypatch, size: int, rank: int, local_rank: int, local_size: int) -> None:
