@@ -26,10 +26,7 @@ indexing). A replay refuses inputs whose shape, dtype or memory changed since th
 Nothing here is on the path of an op when no capture is under way.
 """
 
-import sys
-import warnings
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any, Optional
 
 import torch
@@ -72,21 +69,11 @@ _ABOVE_RECORDING = (
 ).remove(torch._C.DispatchKey.Python)
 
 _capturing: Optional["Recording"] = None
-# where the HPU graph API lives: a warning names the first frame outside them
-_API_FILES = {__file__, str(Path(__file__).parent / "_facade" / "habana_frameworks" / "torch" / "hpu" / "graphs.py")}
 
 
 def is_capturing(recording: Optional["Recording"] = None) -> bool:
     """Whether a capture is under way in this process (into ``recording``, when given)."""
     return _capturing is not None and (recording is None or _capturing is recording)
-
-
-def _user_stacklevel() -> int:
-    """The ``stacklevel`` of the caller's first frame outside the HPU graph API, counted from the caller."""
-    frame, level = sys._getframe(1), 1
-    while frame.f_back is not None and frame.f_code.co_filename in _API_FILES:
-        frame, level = frame.f_back, level + 1
-    return level
 
 
 def _is_hpu(value: Any) -> bool:
@@ -159,15 +146,6 @@ class Recording(TorchDispatchMode):
         global _capturing
         if _capturing is not None:
             raise RuntimeError("An HPU Graph capture is already under way: only one capture at a time is supported")
-        import virtual_hpu
-
-        if not virtual_hpu.config().lazy:
-            warnings.warn(
-                "HPU Graphs are supported in lazy mode only (PT_HPU_LAZY_MODE=1); Gaudi does not support them in eager"
-                " mode, where torch.compile(backend='hpu_backend') takes their place. The virtual Gaudi captures and"
-                " replays anyway.",
-                stacklevel=_user_stacklevel(),
-            )
         from virtual_hpu import events
 
         self.__enter__()

@@ -13,7 +13,8 @@ ROOT = Path(__file__).resolve().parents[2]
 STARTUP_HOOK = ROOT / "src" / "virtual_hpu" / "_startup.pth"
 
 
-def test_replay_before_any_capture_does_nothing():
+@pytest.mark.parametrize("hpu_mode", ["lazy"])
+def test_replay_before_any_capture_does_nothing(hpu_mode):
     """The bridge's replay runs the graphs captured so far: none before the first capture (a validation loop may
     replay before its first training capture)."""
     from habana_frameworks.torch.hpu.graphs import HPUGraph

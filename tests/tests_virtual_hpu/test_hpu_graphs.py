@@ -310,19 +310,29 @@ def test_dynamic_shapes_are_refused(hpu_mode):
 
 
 @pytest.mark.parametrize("hpu_mode", ["eager"])
-def test_capture_outside_lazy_mode_warns_and_still_replays(hpu_mode):
+def test_eager_mode_refuses_graphs_as_the_bridge_does(hpu_mode):
+    """Gaudi software 1.21 on (bridge ``hpu/graphs.py``): graphs are lazy-mode only, in the bridge's words."""
     assert not htcore.is_lazy()
+    with pytest.raises(RuntimeError, match=r"^HPUGraph class is available in lazy mode only\.$"):
+        ht.hpu.HPUGraph()
+    with pytest.raises(RuntimeError, match=r"^Context-manager for HPUGraph is available in lazy mode only\.$"):
+        ht.hpu.graph(None)
     x = torch.ones(2, device="hpu")
-    hpu_graph = ht.hpu.HPUGraph()
-    with pytest.warns(UserWarning, match="lazy mode only"), ht.hpu.graph(hpu_graph):
-        y = x + 1
-    x.fill_(5)
-    hpu_graph.replay()
-    assert y.tolist() == [6.0, 6.0]
+    with pytest.raises(RuntimeError, match="HPUGraph class is available in lazy mode only"):
+        ht.hpu.make_graphed_callables(torch.nn.Linear(2, 2).to("hpu"), (x,))
+    # wrapping succeeds; the first call, which would capture, raises
+    module = ht.hpu.wrap_in_hpu_graph(torch.nn.Linear(2, 2).to("hpu"))
+    with pytest.raises(RuntimeError, match="HPUGraph class is available in lazy mode only"):
+        module(x)
+    assert module(x, bypass_hpu_graphs=True).shape == (2,)
+    # ModuleCacher runs the module's own forward
+    cached = ht.hpu.ModuleCacher(max_graphs=2)(model=torch.nn.Linear(2, 2).to("hpu"), inplace=True)
+    cached(x).sum().backward()
+    assert cached.weight.grad is not None
 
 
-@pytest.mark.filterwarnings("ignore:HPU Graphs are supported in lazy mode only")
-def test_nothing_is_on_the_op_path_outside_a_capture():
+@pytest.mark.parametrize("hpu_mode", ["lazy"])
+def test_nothing_is_on_the_op_path_outside_a_capture(hpu_mode):
     hpu_graph = ht.hpu.HPUGraph()
     with ht.hpu.graph(hpu_graph):
         assert torch._C._len_torch_dispatch_stack() == 1 and graph_capture.is_capturing()

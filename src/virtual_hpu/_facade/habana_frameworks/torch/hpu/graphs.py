@@ -5,6 +5,10 @@ context manager, ``make_graphed_callables`` for training, ``wrap_in_hpu_graph`` 
 inference and ``ModuleCacher``, which keeps one training graph per input signature. A replay recomputes what the
 capture recorded (forward, backward and optimizer step included) in the captured tensors; results equal eager.
 
+As on Gaudi software 1.21 and later, graphs belong to lazy mode: in eager mode ``HPUGraph`` and ``graph`` raise the
+bridge's ``RuntimeError``, so ``make_graphed_callables`` and the first call of a ``wrap_in_hpu_graph`` module do
+too, and ``ModuleCacher`` runs the module's own forward.
+
 Accepted and without effect on the virtual device: ``asynchronous`` (replays finish before they return), ``dry_run``
 (a capture always runs the work once) and ``disable_tensor_cache`` (a graph always keeps its tensors; with it,
 ``wrap_in_hpu_graph`` captures on copies of the inputs rather than on the caller's tensors).
@@ -23,10 +27,19 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 from virtual_hpu import graph_capture
 
 
+def _refuse_eager_mode(message: str) -> None:
+    """The bridge's refusal of HPU graphs outside lazy mode (its ``hpu/graphs.py`` since 1.21), in its words."""
+    import virtual_hpu
+
+    if not virtual_hpu.config().lazy:
+        raise RuntimeError(message)
+
+
 class HPUGraph:
     """A captured sequence of device work that ``replay()`` runs again on the captured tensors."""
 
     def __init__(self) -> None:
+        _refuse_eager_mode("HPUGraph class is available in lazy mode only.")
         self._recording: Optional[graph_capture.Recording] = None
         self._user_inputs: list[torch.Tensor] = []
         self._user_outputs: list[torch.Tensor] = []
@@ -85,6 +98,7 @@ class graph:
     """Context manager that captures the device work of its block into ``hpu_graph`` (the block runs once)."""
 
     def __init__(self, hpu_graph: HPUGraph, stream: Optional[Any] = None, dry_run: bool = False) -> None:
+        _refuse_eager_mode("Context-manager for HPUGraph is available in lazy mode only.")
         self.hpu_graph = hpu_graph
         self.stream = stream
         self.dry_run = dry_run

@@ -15,18 +15,18 @@ def is_lazy() -> bool:
 
 
 def lazy_only(function: Callable[..., None]) -> Callable[..., None]:
-    """Run ``function`` in lazy mode; in eager mode do nothing and log so once, as the bridge's lazy-only calls
-    (``mark_step``, ``iter_mark_step``, ``add_step_closure``) do."""
-    warned = False
+    """``function`` in lazy mode; in eager mode a call that does nothing, logged once when the function is defined (at
+    import), in the bridge's words, as its lazy-only calls (``mark_step``, ``iter_mark_step``, ``add_step_closure``)
+    do."""
+    if is_lazy():
+        return function
+    logger.warning(
+        f"Calling {function.__name__} function does not have any effect. It's lazy mode only functionality."
+        " (warning logged once)"
+    )
 
     @wraps(function)
-    def wrapper(*args: Any, **kwargs: Any) -> None:
-        nonlocal warned
-        if is_lazy():
-            function(*args, **kwargs)
-        elif not warned:
-            warned = True
-            logger.warning("%s has no effect in eager mode: it belongs to lazy mode (PT_HPU_LAZY_MODE=1)",
-                           function.__name__)  # fmt: skip
+    def non_lazy_wrapper(*args: Any, **kwargs: Any) -> None:
+        return None
 
-    return wrapper
+    return non_lazy_wrapper
