@@ -210,6 +210,9 @@ def activate(
         The active configuration. Calling again with no or the same settings returns it; other settings raise
         ``RuntimeError``, as the device cannot change within a process.
 
+    Posing as a Gaudi image with stock PyTorch (``VIRTUAL_HPU_STOCK_PYTORCH=1``), lazy mode is refused as the bridge
+    refuses it there, with its ``AssertionError``: such images run eager only.
+
     On a torch 2.9 or later built for another accelerator (``is_privateuse1()``, e.g. PyPI's CUDA build), hpu is torch's
     PrivateUse1 backend and, as torch has one accelerator, takes that place from the other device: in this process,
     backward passes over the other device's tensors (a GPU's, where the machine has one) fail. Activation is opt-in per
@@ -230,6 +233,7 @@ def activate(
             )
         return _active
     _refuse_real_installation()
+    check_bridge_loads(wanted)
     from virtual_hpu import _native, autocast, torch_support
 
     # before anything is compiled: outside the range the sources do not build, and a compiler log explains nothing
@@ -270,13 +274,33 @@ def activate(
 
 
 def activate_from_env() -> bool:
-    """Activate when ``VIRTUAL_HPU=1``; return whether the virtual Gaudi is active afterwards."""
+    """Activate when ``VIRTUAL_HPU=1``; return whether the virtual Gaudi is active afterwards.
+
+    Posing as an image with stock PyTorch in lazy mode, where the bridge refuses to load, the facade is only put on the
+    path: importing ``habana_frameworks.torch`` then raises the bridge's error, as it does there.
+    """
     flag = os.environ.get("VIRTUAL_HPU", "").strip()
     if flag not in ("", "0", "1"):
         raise ValueError(f"VIRTUAL_HPU must be 1 (on) or 0 (off), got {flag!r}")
     if flag == "1":
-        activate()
+        wanted = resolve()
+        if _active is None and wanted.lazy and wanted.stock_pytorch:
+            if str(_FACADE) not in sys.path:
+                sys.path.insert(0, str(_FACADE))
+        else:
+            activate()
     return _active is not None
+
+
+def check_bridge_loads(config: Optional[Config] = None) -> None:
+    """Raise the bridge's ``AssertionError`` where it refuses to load: lazy mode on an image with stock PyTorch (its
+    ``habana_frameworks/torch/__init__.py`` in 1.24.0, in its words; 1.22 and 1.23 said "Stock PyTorch version ...").
+    ``config`` defaults to the active one, or else the environment's."""
+    config = config or _active or resolve()
+    if config.lazy and config.stock_pytorch:
+        import torch
+
+        raise AssertionError(f"Upstream PyTorch version {torch.__version__} is not supported in Lazy mode.")
 
 
 def _announce(config: Config) -> None:

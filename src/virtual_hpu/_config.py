@@ -12,6 +12,9 @@ DEFAULT_DEVICES = 8
 DEFAULT_GENERATION = "GAUDI2"
 # the rehearsal of the hardware test tier: the device works as before, but says nothing of being virtual
 AS_HARDWARE = "VIRTUAL_HPU_AS_HARDWARE"
+# pose as a Gaudi image with stock (upstream) PyTorch, which Intel ships since Gaudi software 1.24, rather than Intel's
+# own PyTorch build: the bridge loads as a plugin there and refuses lazy mode
+STOCK_PYTORCH = "VIRTUAL_HPU_STOCK_PYTORCH"
 
 
 @dataclass(frozen=True)
@@ -22,6 +25,7 @@ class Config:
     generation: str
     memory_mb: int
     lazy: bool
+    stock_pytorch: bool = False
 
     @property
     def fp16_supported(self) -> bool:
@@ -83,7 +87,10 @@ def resolve(devices: Optional[int] = None, generation: Optional[str] = None, mem
     lazy = env.get("PT_HPU_LAZY_MODE", "0").strip()
     if lazy not in ("0", "1"):
         raise ValueError(f"PT_HPU_LAZY_MODE must be 0 (eager) or 1 (lazy), got {lazy!r}")
-    return Config(devices=devices, generation=generation, memory_mb=memory_mb, lazy=lazy == "1")
+    stock_pytorch = env.get(STOCK_PYTORCH, "").strip()
+    if stock_pytorch not in ("", "0", "1"):
+        raise ValueError(f"{STOCK_PYTORCH} must be 1 (an image with stock PyTorch) or 0, got {stock_pytorch!r}")
+    return Config(devices, generation, memory_mb, lazy=lazy == "1", stock_pytorch=stock_pytorch == "1")
 
 
 def as_hardware() -> bool:

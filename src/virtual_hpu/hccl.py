@@ -1,7 +1,8 @@
 """The ``"hccl"`` c10d backend of the virtual Gaudi: gloo, working on the memory of the hpu tensors.
 
 ``register()`` (run by importing ``habana_frameworks.torch.distributed.hccl``) registers ``"hccl"`` with
-``torch.distributed`` for the devices ``hpu`` and ``cpu``; every process group created with it is a gloo backend.
+``torch.distributed`` for the device ``hpu``, as the bridge does; every process group created with it is a gloo
+backend.
 Collectives on hpu tensors reach it through the device's C++ kernels for the ``c10d`` ops
 (``csrc/collectives.cpp``): gloo reads and writes CPU aliases of the hpu memory, nothing is copied, and the futures
 of the returned works complete with the hpu tensors themselves, as ``DistributedDataParallel`` expects.
@@ -12,7 +13,10 @@ world size); other reduce ops raise. 64-bit integers, which HCCL handles with li
 its FSDP modules, and a DTensor ``mean`` over a sharded dimension raises, as Gaudi documents for DTensor.
 Groups split from a group bound to a device (those of an ``init_device_mesh`` with more than one dimension) are gloo
 backends too.
-Object collectives (``all_gather_object`` and friends) use CPU tensors, since ``cpu`` is among the backend's devices.
+As on Gaudi, collectives on CPU tensors need a group of another backend (``new_group(backend="gloo")``); object
+collectives (``all_gather_object`` and friends) move their bytes through the current HPU. Gloo's own threads then
+release only tensors made in C++ (the CPU aliases): before torch 2.8 a group destroyed while such a thread still
+released a tensor that Python had made waited on it forever (pytorch#154976).
 """
 
 import os
@@ -32,7 +36,7 @@ def register() -> None:
     """Register the ``"hccl"`` backend with ``torch.distributed``; later calls do nothing."""
     if BACKEND.upper() in dist.Backend._plugins:
         return
-    dist.Backend.register_backend(BACKEND, _create_backend, extended_api=True, devices=["hpu", "cpu"])
+    dist.Backend.register_backend(BACKEND, _create_backend, extended_api=True, devices=["hpu"])
     default_backends = dist.Backend.default_device_backend_map
     if torch_support.installed() < torch_support.BACKEND_TAKES_DEVICES_FROM_FAKE and default_backends["hpu"] == "fake":
         # torch's fake process group, imported with FSDP, claimed hpu first: a group without a backend name must be HCCL
@@ -83,8 +87,8 @@ def initialize_distributed_hpu(
     Unset values read as world size 1 and ranks -1, as on Habana's stack. As there, a process of a run over several
     processes takes the card of its local rank (``HLS_MODULE_ID``, unless set), the local rank-th of
     ``HABANA_VISIBLE_MODULES`` when that is set, and fails with an ``AssertionError`` when it lists too few; ``ID``
-    is the rank. Unlike Habana's module, importing the facade does not call this: the environment changes only when
-    you do.
+    is the rank. As on Habana's stack, loading the bridge calls this once (its ``distributed.hccl`` module does when
+    imported).
     """
     if world_size is not None and rank is not None and local_rank is not None:
         os.environ.update(WORLD_SIZE=str(world_size), RANK=str(rank), LOCAL_RANK=str(local_rank))

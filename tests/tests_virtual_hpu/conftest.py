@@ -26,13 +26,20 @@ def _activate() -> None:
 _activate()
 
 
+# where this process's ranks meet, written by the bridge when it loaded (or by a launcher): not the child's
+_RENDEZVOUS = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK", "ID", "HLS_MODULE_ID")
+
+
 def run_python(code: str, script_dir: Optional[Path] = None, **env: str) -> subprocess.CompletedProcess:
-    """Run ``code`` in a fresh interpreter with ``src`` importable and ``env`` added to the environment.
+    """Run ``code`` in a fresh interpreter with ``src`` importable and ``env`` added to the environment (without the
+    virtual Gaudi's and the bridge's settings, nor the ranks, of this process).
 
     With ``script_dir`` the code runs from a file there, as code that spawns processes needs.
     """
     child_env = {
-        k: v for k, v in os.environ.items() if not k.startswith(("VIRTUAL_HPU", "PT_HPU", "LOWER_LIST", "FP32"))
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("VIRTUAL_HPU", "PT_HPU", "LOWER_LIST", "FP32", "OMPI_")) and k not in _RENDEZVOUS
     }
     child_env["PYTHONPATH"] = os.pathsep.join(filter(None, [SRC, os.environ.get("PYTHONPATH")]))
     child_env.update(env)

@@ -39,8 +39,13 @@ def test_env_activation_in_a_child_announces_once(python, lazy_flag, mode):
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["3", "GAUDI3", "hpu:2"]
-    # and nothing else: no warning of torch's about what the device registers
-    assert result.stderr.splitlines() == [
+    # and nothing else but what the bridge logs when it loads in eager mode: no warning of torch's about what the
+    # device registers
+    bridge = [
+        f"Calling {name} function does not have any effect. It's lazy mode only functionality. (warning logged once)"
+        for name in ("add_step_closure", "mark_step", "iter_mark_step")
+    ]
+    assert result.stderr.splitlines() == (bridge if mode == "eager" else []) + [
         f"Virtual Gaudi active: 3 x GAUDI3 (host memory), 131072 MiB per device, {mode} mode; not a real accelerator"
     ]
 
@@ -158,3 +163,83 @@ def test_children_load_the_built_library_without_building(python):
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "hpu:0"
+
+
+def test_posing_as_an_image_with_stock_pytorch_refuses_lazy_mode_as_the_bridge_does(python):
+    """Gaudi 1.24's images with stock PyTorch: importing the bridge in lazy mode raises its ``AssertionError``
+    (``habana_frameworks/torch/__init__.py``); libraries that only look for it still import, and eager mode works."""
+    result = python(
+        """
+        import torch, pytorch_lightning
+        try:
+            import habana_frameworks.torch.core
+        except AssertionError as error:
+            print("refused:", error)
+        try:  # again: nothing was left half-loaded
+            import habana_frameworks.torch.hpu
+        except AssertionError as error:
+            print("refused:", error)
+        """,
+        VIRTUAL_HPU="1",
+        PT_HPU_LAZY_MODE="1",
+        VIRTUAL_HPU_STOCK_PYTORCH="1",
+    )
+    assert result.returncode == 0, result.stderr
+    import torch
+
+    assert (
+        result.stdout.splitlines()
+        == [f"refused: Upstream PyTorch version {torch.__version__} is not supported in Lazy mode."] * 2
+    ), result.stdout + result.stderr
+    result = python(
+        "import torch; print((torch.ones(2, device='hpu') * 3).tolist())",
+        VIRTUAL_HPU="1",
+        VIRTUAL_HPU_STOCK_PYTORCH="1",
+    )
+    assert result.stdout.split("\n")[-2:] == ["[3.0, 3.0]", ""], result.stderr
+    result = python("import torch", VIRTUAL_HPU="1", VIRTUAL_HPU_STOCK_PYTORCH="yes")
+    assert "VIRTUAL_HPU_STOCK_PYTORCH must be 1 (an image with stock PyTorch) or 0, got 'yes'" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("variables", "expected"),
+    [
+        # a plain script: the bridge's rendezvous defaults, and no ranks
+        ({}, {"MASTER_ADDR": "localhost", "MASTER_PORT": "12345", "WORLD_SIZE": None, "ID": None}),
+        # a rank mpirun started: Open MPI's ranks, the card of its local rank
+        (
+            {"OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_LOCAL_RANK": "1"},
+            {
+                "MASTER_ADDR": "localhost",
+                "WORLD_SIZE": "2",
+                "RANK": "1",
+                "LOCAL_RANK": "1",
+                "ID": "1",
+                "HLS_MODULE_ID": "1",
+            },
+        ),
+        # a rank torchrun started: its rendezvous is kept
+        (
+            {"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0", "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500"},
+            {"MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500", "ID": "0", "HLS_MODULE_ID": "0"},
+        ),
+    ],
+    ids=["script", "mpirun", "torchrun"],
+)
+def test_loading_the_bridge_reads_the_ranks_and_registers_hccl(python, variables, expected):
+    """As the bridge's ``distributed/hccl`` module does since 1.19, run when ``import torch`` loads it."""
+    names = ["MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK", "ID", "HLS_MODULE_ID"]
+    result = python(
+        f"""
+        import json, os, torch, torch.distributed as dist
+        print(json.dumps([{{name: os.environ.get(name) for name in {names}}}, "HCCL" in dist.Backend._plugins]))
+        """,
+        VIRTUAL_HPU="1",
+        **variables,
+    )
+    assert result.returncode == 0, result.stderr
+    import json
+
+    environment, registered = json.loads(result.stdout.splitlines()[-1])
+    assert registered
+    assert {name: environment[name] for name in expected} == expected

@@ -359,11 +359,11 @@ def test_ddp_matches_full_batch_training(tmp_path):
             assert not torch.allclose(got, before)  # training moved it
 
 
-def test_import_registers_the_backend_for_hpu_and_cpu():
+def test_import_registers_the_backend_for_hpu_as_the_bridge_does():
     import habana_frameworks.torch.distributed.hccl  # noqa: F401
 
     assert dist.Backend("hccl") == "hccl"
-    assert dist.Backend.backend_capability["hccl"] == ["hpu", "cpu"]
+    assert dist.Backend.backend_capability["hccl"] == ["hpu"]
     assert dist.Backend.default_device_backend_map["hpu"] == "hccl"
     assert dist.Backend.default_device_backend_map["cpu"] == "gloo"
 

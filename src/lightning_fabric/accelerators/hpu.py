@@ -1,6 +1,7 @@
 """Accelerator for Intel Gaudi devices (HPUs): the device logic, shared by Fabric and the Trainer."""
 
 import importlib.util
+from types import ModuleType
 from typing import Union
 
 import torch
@@ -37,8 +38,7 @@ class HPUAccelerator(Accelerator):
         # on a Gaudi, whose bridge accepts only its own torch: an older Gaudi release than the range starts at
         check_torch(torch.__version__, "Lightning's HPU support")
         if device.index is not None:
-            import habana_frameworks.torch.hpu as hthpu
-
+            hthpu = _bridge_hpu_module()
             # what torch places on "the current HPU" (FSDP2, DTensor meshes) goes to this process's device
             hthpu.set_device(device)
 
@@ -81,8 +81,7 @@ class HPUAccelerator(Accelerator):
     def auto_device_count() -> int:
         if not HPUAccelerator.is_available():
             return 0
-        import habana_frameworks.torch.hpu as hthpu
-
+        hthpu = _bridge_hpu_module()
         return hthpu.device_count()
 
     @staticmethod
@@ -91,8 +90,7 @@ class HPUAccelerator(Accelerator):
         """Whether the Gaudi software stack, real or virtual, is importable and sees at least one device."""
         if importlib.util.find_spec("habana_frameworks") is None:
             return False
-        import habana_frameworks.torch.hpu as hthpu
-
+        hthpu = _bridge_hpu_module()
         return bool(hthpu.is_available())
 
     @staticmethod
@@ -100,8 +98,7 @@ class HPUAccelerator(Accelerator):
         """The Gaudi generation: ``"GAUDI"``, ``"GAUDI2"`` or ``"GAUDI3"``; empty when no HPU is present."""
         if not HPUAccelerator.is_available():
             return ""
-        import habana_frameworks.torch.hpu as hthpu
-
+        hthpu = _bridge_hpu_module()
         return hthpu.get_device_name()
 
     @staticmethod
@@ -143,3 +140,22 @@ def _needs_an_hpu_strategy(problem: str) -> str:
         " `lightning_fabric.strategies` to Fabric or of `pytorch_lightning.strategies` to the Trainer"
         " (`SingleHPUStrategy()`, `HPUParallelStrategy()`, ...) explicitly."
     )
+
+
+def _bridge_hpu_module() -> ModuleType:
+    """Gaudi's ``habana_frameworks.torch.hpu``, loading the bridge if needed; its refusal of lazy mode on an image with
+    stock PyTorch becomes an error that names the fix."""
+    try:
+        import habana_frameworks.torch.hpu as hthpu
+    except AssertionError as error:
+        # the bridge's words: "Upstream PyTorch version ..." (1.24), "Stock PyTorch version ..." (1.22, 1.23)
+        if "not supported in Lazy mode" not in str(error):
+            raise
+        raise MisconfigurationException(
+            f"Lazy mode (`PT_HPU_LAZY_MODE=1`) needs Intel's own PyTorch build, and this Gaudi image has stock PyTorch"
+            f" {torch.__version__}: Gaudi's bridge refuses to load ({error}). Lazy mode's features (HPU graphs,"
+            " `mark_step`) are not available on such images. Run in eager mode: unset `PT_HPU_LAZY_MODE` (or set it"
+            " to 0) and compile with `torch.compile(model, backend='hpu_backend')`; or use a Gaudi image with Intel's"
+            " PyTorch."
+        ) from error
+    return hthpu

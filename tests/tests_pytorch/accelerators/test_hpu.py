@@ -172,3 +172,27 @@ def test_upstream_trainer_on_two_devices_trains_on_both(tmp_path):
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "RESULT 0 HPUParallelStrategy 1" in result.stdout, result.stdout[-3000:]
+
+
+@RunIf(virtual_hpu=True)  # poses as an image with stock PyTorch
+def test_lazy_mode_on_an_image_with_stock_pytorch_is_refused_early_with_the_fix():
+    """Gaudi 1.24's images with stock PyTorch: the bridge refuses to load in lazy mode; Trainer and Fabric say so when
+    they are built, with what to do, whether HPUs were asked for or found by ``"auto"``."""
+    code = (
+        "import lightning as L\n"
+        "from lightning.fabric.utilities.exceptions import MisconfigurationException\n"
+        "for build in (lambda: L.Trainer(accelerator='hpu', devices=1), lambda: L.Fabric(accelerator='auto')):\n"
+        "    try:\n"
+        "        build()\n"
+        "    except MisconfigurationException as error:\n"
+        "        print('refused:', error)\n"
+    )
+    environment = {**os.environ, "PT_HPU_LAZY_MODE": "1", "VIRTUAL_HPU_STOCK_PYTORCH": "1"}
+    result = subprocess.run([sys.executable, "-c", code], env=environment, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    refusals = [line for line in result.stdout.splitlines() if line.startswith("refused:")]
+    assert len(refusals) == 2, result.stdout + result.stderr
+    for refusal in refusals:
+        assert f"Upstream PyTorch version {torch.__version__} is not supported in Lazy mode." in refusal
+        assert "needs Intel's own PyTorch build" in refusal and "unset `PT_HPU_LAZY_MODE`" in refusal
+        assert "backend='hpu_backend'" in refusal
