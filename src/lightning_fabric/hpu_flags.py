@@ -15,7 +15,7 @@ from _lightning_hpu.flags import HPUFlags
 from _lightning_hpu.precision_choice import PrecisionChoice, PrecisionFamily
 from _lightning_hpu.strategy_choice import StrategyChoice, counterparts
 from lightning_fabric.accelerators.hpu import HPUAccelerator
-from lightning_fabric.plugins.environments.open_mpi import open_mpi_environment
+from lightning_fabric.plugins.environments.hpu_lightning import hpu_cluster_environment
 from lightning_fabric.plugins.precision import HPUDeepSpeedPrecision, HPUFSDPPrecision, HPUPrecision
 from lightning_fabric.strategies import (
     HPUDeepSpeedStrategy,
@@ -63,7 +63,7 @@ _FLAGS = HPUFlags(
     ),
     unavailable=RuntimeError,
     work="run",
-    cluster_environment=open_mpi_environment,
+    cluster_environment=hpu_cluster_environment,
     # Fabric's fp8 flag on CUDA (NVIDIA's Transformer Engine) is fp8 with Gaudi's
     precision_aliases={"transformer-engine": "fp8"},
 )

@@ -23,7 +23,7 @@ from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from _lightning_hpu.flags import HPUFlags
 from _lightning_hpu.precision_choice import PrecisionChoice, PrecisionFamily
 from _lightning_hpu.strategy_choice import StrategyChoice, counterparts
-from lightning_fabric.plugins.environments.open_mpi import open_mpi_environment
+from lightning_fabric.plugins.environments.hpu_lightning import hpu_cluster_environment
 from lightning_fabric.strategies.hpu_deepspeed import hpu_name_of
 from pytorch_lightning.accelerators.hpu import HPUAccelerator
 from pytorch_lightning.plugins.precision.hpu import HPUPrecisionPlugin
@@ -151,5 +151,5 @@ _FLAGS = HPUFlags(
     unavailable=MisconfigurationException,
     work="train",
     check_nodes=_check_nodes,
-    cluster_environment=open_mpi_environment,
+    cluster_environment=hpu_cluster_environment,
 )

@@ -170,3 +170,12 @@ def test_a_given_environment_or_another_launcher_keeps_its_place(monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "2")
     trainer = pl.Trainer(accelerator="hpu", devices=2, logger=False)
     assert type(trainer.strategy.cluster_environment).__name__ == "TorchElasticEnvironment"
+
+
+def test_nodes_given_the_bridges_own_address_are_refused_too(monkeypatch):
+    """The bridge writes ``MASTER_ADDR=localhost`` when it loads: on two nodes that is each node's own address."""
+    _as_if_started_by_mpirun(monkeypatch, size=16, rank=9, local_rank=1, local_size=8)
+    monkeypatch.setenv("MASTER_ADDR", "localhost")
+    monkeypatch.setenv("MASTER_PORT", "12345")
+    with pytest.raises(ValueError, match="on 2 nodes, and they need the address of the first"):
+        pl.Trainer(accelerator="hpu", devices=8, num_nodes=2)

@@ -11,8 +11,9 @@ from lightning.fabric.plugins.environments import (
 )
 from typing_extensions import override
 
-# where Gaudi's bridge (``initialize_distributed_hpu``) has ranks meet when MASTER_ADDR/MASTER_PORT are not exported
-_BRIDGE_ADDRESS, _BRIDGE_PORT = "localhost", 12345
+# where Gaudi's bridge (``initialize_distributed_hpu``, which ``import torch`` runs since Gaudi software 1.21) has ranks
+# meet when MASTER_ADDR/MASTER_PORT are not exported: it writes these into the environment
+BRIDGE_ADDRESS, BRIDGE_PORT = "localhost", 12345
 
 
 class OpenMPIEnvironment(ClusterEnvironment):
@@ -36,12 +37,12 @@ class OpenMPIEnvironment(ClusterEnvironment):
     @property
     @override
     def main_address(self) -> str:
-        return os.environ.get("MASTER_ADDR", _BRIDGE_ADDRESS)
+        return os.environ.get("MASTER_ADDR", BRIDGE_ADDRESS)
 
     @property
     @override
     def main_port(self) -> int:
-        return int(os.environ.get("MASTER_PORT", _BRIDGE_PORT))
+        return int(os.environ.get("MASTER_PORT", BRIDGE_PORT))
 
     @staticmethod
     @override
@@ -85,7 +86,8 @@ class OpenMPIEnvironment(ClusterEnvironment):
                 f" {nodes} node(s). HINT: Set `devices={per_node}, num_nodes={nodes}`, or start"
                 f" `mpirun -np {num_devices * num_nodes}` on {num_nodes} host(s), {num_devices} process(es) on each."
             )
-        if nodes > 1 and "MASTER_ADDR" not in os.environ:
+        # the bridge's default address, which it writes when it loads, is each node's own
+        if nodes > 1 and os.environ.get("MASTER_ADDR", BRIDGE_ADDRESS) == BRIDGE_ADDRESS:
             raise ValueError(
                 f"mpirun started processes on {nodes} nodes, and they need the address of the first to meet: export it"
                 " to every process, e.g. `mpirun -x MASTER_ADDR=<node 0's address> -x MASTER_PORT=<a free port> ...`."
@@ -98,13 +100,19 @@ class OpenMPIEnvironment(ClusterEnvironment):
 def open_mpi_environment(plugins: list[Any], strategy: Any) -> Optional[OpenMPIEnvironment]:
     """An :class:`OpenMPIEnvironment` for an HPU run started by mpirun that no given environment, torchrun, SLURM or
     LSF manages; ``None`` otherwise."""
-    if not OpenMPIEnvironment.detect() or any(isinstance(plugin, ClusterEnvironment) for plugin in plugins):
-        return None
-    if getattr(strategy, "cluster_environment", None) is not None:
-        return None
-    if any(environment.detect() for environment in (TorchElasticEnvironment, SLURMEnvironment, LSFEnvironment)):
+    if not OpenMPIEnvironment.detect() or environment_given_or_detected(plugins, strategy):
         return None
     return OpenMPIEnvironment()
+
+
+def environment_given_or_detected(plugins: list[Any], strategy: Any) -> bool:
+    """Whether ``plugins`` or ``strategy`` carry a cluster environment, or torchrun, SLURM or LSF started the
+    process."""
+    if any(isinstance(plugin, ClusterEnvironment) for plugin in plugins):
+        return True
+    if getattr(strategy, "cluster_environment", None) is not None:
+        return True
+    return any(environment.detect() for environment in (TorchElasticEnvironment, SLURMEnvironment, LSFEnvironment))
 
 
 def _read(variable: str, default: Optional[int] = None) -> int:
