@@ -1,11 +1,14 @@
 """Read the public names of a module of Intel's bridge, with their parameters, into ``bridge_names.json``'s form.
 
-Run on a checkout of ``HabanaAI/gaudi-pytorch-bridge`` at the commit the JSON names; it parses the source with ``ast``
+Run on a checkout of ``HabanaAI/gaudi-pytorch-bridge`` at the commit of one of the JSON's ``sources``; it parses the
+source with ``ast``
 (nothing of the bridge is imported or copied)::
 
     python tests/tests_virtual_hpu/read_bridge_names.py BRIDGE_CHECKOUT habana_frameworks.torch.hpex.optimizers ...
 
-and prints each module's entry, its ``not_provided`` left empty for the reasons to be written by hand.
+and prints each module's entry, its ``not_provided`` left empty for the reasons to be written by hand, as is its
+``read_from`` (the version of that source). Newer bridges are published as single files only (the search index's):
+an entry read from one of them by hand says so in ``sources``.
 """
 
 import ast

@@ -1,7 +1,8 @@
 """The facade offers the names of the bridge's Python modules, with the bridge's signatures.
 
 ``bridge_names.json`` holds, for each ``habana_frameworks.torch`` module the facade provides, the public names of
-the bridge's module and their parameters, as read from the bridge's source (the version and commit are in the file),
+the bridge's module and their parameters, as read from the bridge's source (each module names the version it was read
+from, whose commit the file gives),
 and the names the virtual Gaudi does not provide, each with the reason. A name of the bridge that is neither in the
 facade nor listed as not provided, or a signature that differs in parameter names, kinds or defaults, fails here.
 """
@@ -57,7 +58,8 @@ def test_the_facade_has_every_name_of_the_bridges_module(module):
     facade = importlib.import_module(module)
     entry = MODULES[module]
     missing = [name for name in entry["names"] if name not in entry["not_provided"] and not hasattr(facade, name)]
-    assert not missing, f"{module} lacks {missing} of bridge {BRIDGE['read_from']['version']}"
+    assert entry["read_from"] in BRIDGE["sources"], f"{module} names no source the file describes"
+    assert not missing, f"{module} lacks {missing} of bridge {entry['read_from']}"
     stale = [name for name in entry["not_provided"] if name not in entry["names"] or hasattr(facade, name)]
     assert not stale, f"{module}: {stale} are listed as not provided, but are provided or not the bridge's"
 
