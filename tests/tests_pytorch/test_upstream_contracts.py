@@ -434,6 +434,13 @@ PRIVATE_NAMES = [
         "which autocast dispatch key hpu's is",
     ),
     (
+        "deepspeed",
+        "deepspeed.utils.groups",
+        "_release_process_group_references",
+        "lightning_fabric/strategies/hpu_deepspeed.py",
+        "releasing the groups of an ended world (Intel's fork lacks it: globals reset, see foreign_names)",
+    ),
+    (
         "neural_compressor",
         "neural_compressor.torch.algorithms.fp8_quant._quant_common",
         "quant_config",

@@ -1,7 +1,9 @@
 """DeepSpeed (ZeRO sharding, offload, activation checkpointing) for Fabric on Intel Gaudi."""
 
+import sys
 from typing import Any, Optional
 
+import torch
 from lightning.fabric.strategies import DeepSpeedStrategy, _StrategyRegistry
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.fabric.utilities.rank_zero import rank_zero_info
@@ -50,6 +52,7 @@ class HPUDeepSpeedStrategy(_HPUStrategyMixin, _HPUParallelDevicesMixin, DeepSpee
         # importing it registers the "hccl" backend with torch.distributed; DeepSpeed never imports it
         import habana_frameworks.torch.distributed.hccl  # noqa: F401
 
+        release_groups_of_an_ended_world()
         super()._setup_distributed()
 
     @override
@@ -98,6 +101,27 @@ def use_deepspeed_hpu_accelerator() -> None:
         from deepspeed.accelerator.hpu_accelerator import HPU_Accelerator
 
         set_accelerator(HPU_Accelerator())
+
+
+def release_groups_of_an_ended_world() -> None:
+    """Before a new process group is set up: drop the groups DeepSpeed keeps from the last one, if it has ended.
+
+    DeepSpeed keeps the groups it derives (a clone of the world group, the data-parallel group, ...) in module globals.
+    Once the world they belong to is destroyed, the next engine would use them and fail ("Group ... is not
+    registered"). Upstream DeepSpeed releases them in its own ``destroy_process_group`` only, not after torch's (which
+    the Trainer's message advises); Intel's fork (Gaudi 1.20, 1.21) never does.
+    """
+    groups = sys.modules.get("deepspeed.utils.groups")
+    if groups is None or torch.distributed.is_initialized():
+        return
+    release = getattr(groups, "_release_process_group_references", None)
+    if release is not None:
+        release(None)  # None: the whole world
+        return
+    # Intel's fork, which has no such function: the groups it derives from the world
+    groups._WORLD_GROUP = None
+    groups._DATA_PARALLEL_GROUP = None
+    groups._ZERO_PARAM_INTRA_PARALLEL_GROUP = None
 
 
 def refuse_nvme(config: Optional[dict[str, Any]], arguments: dict[str, Any]) -> None:

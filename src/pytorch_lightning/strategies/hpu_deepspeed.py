@@ -20,6 +20,7 @@ from lightning_fabric.strategies.hpu_deepspeed import (
     PRESETS,
     engine_in_bf16_for_fp8,
     refuse_nvme,
+    release_groups_of_an_ended_world,
     use_deepspeed_hpu_accelerator,
 )
 from pytorch_lightning.plugins.precision.hpu import HPUPrecisionPlugin
@@ -80,6 +81,7 @@ class HPUDeepSpeedStrategy(_HPUTrainerStrategyMixin, _HPUParallelDevicesMixin, D
         # importing it registers the "hccl" backend with torch.distributed; DeepSpeed never imports it
         import habana_frameworks.torch.distributed.hccl  # noqa: F401
 
+        release_groups_of_an_ended_world()
         super().setup_distributed()
 
     @override

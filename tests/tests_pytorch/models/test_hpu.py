@@ -1,5 +1,6 @@
 """Training on one HPU end to end: stages, learning, checkpoints, optimizers and lazy-mode graph cuts."""
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -188,6 +189,15 @@ def test_graph_cuts_per_training_step_in_lazy_mode():
     assert len(counts["ops"]) == 1  # every step runs the same ops
 
 
+def _deepspeed_reads_back_its_gradient_norm() -> int:
+    """Upstream DeepSpeed's ZeRO 1/2 in fp32 reads its gradient norm back to skip steps that overflow
+    (``is_invalid_grad_norm``, one host sync a step); Intel's fork (Gaudi 1.21: 0.16.1) checks overflow in fp16 only.
+    Told from the installed source, as importing DeepSpeed here would pick its accelerator in the test process."""
+    package = Path(importlib.util.find_spec("deepspeed").submodule_search_locations[0])
+    source = (package / "runtime" / "utils.py").read_text()
+    return int("def is_invalid_grad_norm" in source)
+
+
 @RunIf(virtual_hpu=True)
 def test_no_graph_cuts_in_eager_mode():
     counts = _graph_cuts(PT_HPU_LAZY_MODE="0")
@@ -201,13 +211,14 @@ def test_no_graph_cuts_in_eager_mode():
     [
         ("hpu_parallel", 0),
         pytest.param("hpu_parallel_spawn", 0, marks=VARIANT),
-        # ZeRO 1/2 in fp32 reads its gradient norm back to skip steps that overflow (`is_invalid_grad_norm`)
-        ("hpu_deepspeed", 1),
+        ("hpu_deepspeed", None),
     ],
 )
 def test_data_parallel_step_in_lazy_mode_makes_no_host_sync_of_ours(strategy, syncs):
     """No host sync of ours per step (upstream reads a SIGTERM flag back from the device each step; we agree on the
     host), so as many graphs as on one device (two) plus one per read the strategy's own library makes."""
+    if syncs is None:
+        syncs = _deepspeed_reads_back_its_gradient_norm()
     ranks = _graph_cuts_per_rank("--devices", "2", "--strategy", strategy, PT_HPU_LAZY_MODE="1")
     assert sorted(ranks) == [0, 1]
     for counts in ranks.values():

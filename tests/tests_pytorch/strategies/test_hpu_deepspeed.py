@@ -142,6 +142,18 @@ def test_reference_configuration(name):
     assert trainer.callback_metrics["test_acc"] > 0.5
 
 
+def test_a_world_destroyed_with_torch_between_two_fits_leaves_nothing_behind():
+    """The Trainer's advice between runs is ``torch.distributed.destroy_process_group()``; DeepSpeed keeps groups of the
+    old world (upstream releases them in its own ``destroy_process_group`` only, Intel's fork never), which the next
+    engine would use: "Group ... is not registered"."""
+    for _ in range(2):
+        model = SampleModel()
+        trainer = _trainer(HPUDeepSpeedStrategy(stage=2))
+        trainer.fit(model)
+        assert _zero_optimizer(trainer) == "DeepSpeedZeroOptimizer"
+        torch.distributed.destroy_process_group()
+
+
 # compiling the CPU Adam takes minutes on a fresh machine; offloading itself is tested with torch's optimizer below
 @pytest.mark.stress(reason="compiles DeepSpeed's CPU Adam (minutes on a fresh machine)")
 def test_zero_offload_with_deepspeed_cpu_adam():
