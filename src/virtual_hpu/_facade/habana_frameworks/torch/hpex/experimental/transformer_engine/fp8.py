@@ -209,6 +209,11 @@ class ScalingState:
         elif rows > length:
             self.amax_history = self.amax_history[:length].clone()
 
+    def to(self, device: torch.device) -> None:
+        """Move the state to ``device`` (where the module's parameters went)."""
+        for name in ("scale", "scale_inv", "amax_history", "steps", "pending"):
+            setattr(self, name, getattr(self, name).to(device))
+
     def state_dict(self) -> dict[str, Any]:
         return {
             "scale": self.scale,

@@ -48,6 +48,10 @@ class Linear(nn.Module):
         weight = self.weight if weight is None else weight
         if not fp8.is_fp8_enabled():
             return F.linear(input, weight, self.bias)
+        if self.fp8_state.scale.device != input.device:
+            # parameters moved without the module (DeepSpeed's ZeRO flattens them into buffers on the device): the
+            # scaling state joins the input, as Transformer Engine sets its fp8 metadata up in the first fp8 forward
+            self.fp8_state.to(input.device)
         recipe = fp8.get_fp8_recipe()
         kinds = [recipe.fp8_format.forward, recipe.fp8_format.forward, recipe.fp8_format.backward]
         state = self.fp8_state
@@ -72,9 +76,8 @@ class Linear(nn.Module):
     def _apply(self, fn: Any, *args: Any, **kwargs: Any) -> "Linear":
         super()._apply(fn, *args, **kwargs)
         # the scaling state follows the parameters to their device
-        device = self.weight.device if self.weight is not None else self.fp8_state.scale.device
-        state = {key: value.to(device) for key, value in self.fp8_state.state_dict().items()}
-        self.fp8_state.load_state_dict(state)
+        if self.weight is not None:
+            self.fp8_state.to(self.weight.device)
         return self
 
     def extra_repr(self) -> str:
