@@ -1,5 +1,5 @@
 """What a Gaudi run would see: graph cuts, ops per graph and device-to-host syncs in lazy mode; graph compilations
-and graph breaks of ``torch.compile(backend="hpu_backend")`` in eager mode.
+and graph breaks of ``torch.compile(backend="hpu_backend")`` in eager mode; collectives over HCCL and their bytes.
 
 Counted in C++ with atomic counters, so reading them is cheap; ops are the aten ops that reach the device.
 A host sync (``.item()``, ``.cpu()``, ``.tolist()``, printing, any copy from hpu to cpu) also ends the pending
@@ -19,6 +19,9 @@ COUNTER_NAMES = (
     "last_graph_ops",  # ops in the most recently ended graph
     "max_graph_ops",  # ops in the largest graph
     "host_syncs",  # device-to-host reads
+    "collectives",  # c10d collectives on hpu tensors (the virtual HCCL's), in this process
+    "all_reduces",  # those of them that are all-reduces (DDP's gradient buckets, metric reductions)
+    "collective_bytes",  # bytes of the tensors they sent
 )
 
 

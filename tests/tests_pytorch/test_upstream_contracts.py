@@ -502,6 +502,9 @@ def test_private_names_exist(library, module, name, where, purpose):
         # a compiled module's original and its compile context, read to compile it again for HPU
         ("torch._dynamo.eval_frame.OptimizedModule", "_orig_mod", "lightning_fabric/strategies/_hpu_compile.py"),
         ("torch._dynamo.eval_frame.OptimizedModule", "dynamo_ctx", "lightning_fabric/strategies/_hpu_compile.py"),
+        # DDP's options, which the HPU data-parallel strategies complete with Intel's for HCCL
+        ("lightning.fabric.strategies.DDPStrategy", "_ddp_kwargs", "lightning_fabric/strategies/hpu_ddp_options.py"),
+        ("lightning.pytorch.strategies.DDPStrategy", "_ddp_kwargs", "lightning_fabric/strategies/hpu_ddp_options.py"),
         # the function an instance converted to the HPU strategy is built with
         (
             "lightning.fabric.strategies.ModelParallelStrategy",

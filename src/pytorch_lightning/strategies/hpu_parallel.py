@@ -9,18 +9,20 @@ from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from typing_extensions import override
 
 from lightning_fabric.strategies._hpu import _HPUParallelDevicesMixin, hccl_ddp_names, hccl_process_group
+from lightning_fabric.strategies.hpu_ddp_options import _HCCLDDPOptionsMixin
 from pytorch_lightning.plugins.precision.hpu import HPUPrecisionPlugin
 from pytorch_lightning.strategies._hpu import _HPUTrainerStrategyMixin
 
 
-class HPUParallelStrategy(_HPUTrainerStrategyMixin, _HPUParallelDevicesMixin, DDPStrategy):
+class HPUParallelStrategy(_HCCLDDPOptionsMixin, _HPUTrainerStrategyMixin, _HPUParallelDevicesMixin, DDPStrategy):
     """DistributedDataParallel over HCCL, one process per HPU.
 
     ``Trainer(accelerator="hpu", devices=N)`` with ``N > 1`` or ``num_nodes > 1`` picks it; by name it is
     ``strategy="hpu_parallel"`` (processes started as a subprocess of the script) or ``"hpu_parallel_spawn"``; also
     ``"hpu_ddp"`` and ``HPUDDPStrategy``, lightning-habana's names for it.
     Gradients are synchronised by DDP; its options (``find_unused_parameters``, ``static_graph``,
-    ``bucket_cap_mb``, ``gradient_as_bucket_view``, ``ddp_comm_hook``, ...) pass through as for ``DDPStrategy``.
+    ``bucket_cap_mb``, ``gradient_as_bucket_view``, ``ddp_comm_hook``, ...) pass through as for ``DDPStrategy``;
+    those not given are Intel's for HCCL (``bucket_cap_mb=230``, ``gradient_as_bucket_view=True``).
     """
 
     strategy_name = "hpu_parallel"

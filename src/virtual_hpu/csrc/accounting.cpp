@@ -20,6 +20,9 @@ std::atomic<int64_t> g_last_graph_ops{0};
 std::atomic<int64_t> g_max_graph_ops{0};
 std::atomic<int64_t> g_mark_steps{0};
 std::atomic<int64_t> g_host_syncs{0};
+std::atomic<int64_t> g_collectives{0};
+std::atomic<int64_t> g_all_reduces{0};
+std::atomic<int64_t> g_collective_bytes{0};
 // Lazy mode compiles a graph the first time its shape is seen and takes it from the cache afterwards. The pending
 // graph's shape is summed up in an order-insensitive digest of its ops; never reset, like the bridge's metric.
 std::atomic<uint64_t> g_graph_digest{0};
@@ -74,13 +77,14 @@ void markStep() {
 // Order of the values matches COUNTER_NAMES in virtual_hpu/accounting.py.
 std::vector<int64_t> counters() {
   const int64_t ops = g_ops.load();
-  return {g_mark_steps.load(), g_graphs.load(), ops, ops - g_ops_at_cut.load(),
-          g_last_graph_ops.load(), g_max_graph_ops.load(), g_host_syncs.load()};
+  return {g_mark_steps.load(),   g_graphs.load(),     ops, ops - g_ops_at_cut.load(), g_last_graph_ops.load(),
+          g_max_graph_ops.load(), g_host_syncs.load(), g_collectives.load(),       g_all_reduces.load(),
+          g_collective_bytes.load()};
 }
 
 void resetCounters() {
   for (auto* counter : {&g_ops, &g_ops_at_cut, &g_graphs, &g_last_graph_ops, &g_max_graph_ops, &g_mark_steps,
-                        &g_host_syncs}) {
+                        &g_host_syncs, &g_collectives, &g_all_reduces, &g_collective_bytes}) {
     *counter = 0;
   }
 }
@@ -116,6 +120,12 @@ uint64_t opDigest(const c10::OperatorHandle& op, const torch::jit::Stack& stack,
     if (stack[i].isTensor()) digest = tensorDigest(digest, stack[i].toTensor());
   }
   return digest;
+}
+
+void countCollective(bool all_reduce, int64_t bytes) {
+  ++g_collectives;
+  if (all_reduce) ++g_all_reduces;
+  g_collective_bytes += bytes;
 }
 
 void countHostSync() {

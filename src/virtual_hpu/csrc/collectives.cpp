@@ -190,10 +190,25 @@ void stackChunksForGloo(const c10::OperatorHandle& op, torch::jit::Stack* stack,
   whole = tensor.view(sizes);
 }
 
+// The bytes a collective sends: those of its input tensors (the arguments named "tensors", or "input..."; a
+// barrier's tensor is a token and sends nothing).
+int64_t bytesSent(const std::vector<c10::Argument>& arguments, const torch::jit::Stack& stack, size_t first) {
+  int64_t bytes = 0;
+  for (size_t i = 0; i < arguments.size(); ++i) {
+    const std::string& name = arguments[i].name();
+    if (name != "tensors" && name.rfind("input", 0) != 0) continue;
+    forEachTensor(stack[first + i], [&](const at::Tensor& t) { bytes += static_cast<int64_t>(t.nbytes()); });
+  }
+  return bytes;
+}
+
 void collective(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::jit::Stack* stack) {
   const auto& arguments = op.schema().arguments();
   const size_t first = stack->size() - arguments.size();
   stackChunksForGloo(op, stack, first);
+  const std::string& name = op.schema().name();
+  const bool all_reduce = name == "c10d::allreduce_" || name == "c10d::allreduce_coalesced_";
+  countCollective(all_reduce, bytesSent(arguments, *stack, first));
   auto tensors = std::make_shared<HpuTensors>();
   for (size_t i = 0; i < arguments.size(); ++i) {
     c10::IValue& value = (*stack)[first + i];

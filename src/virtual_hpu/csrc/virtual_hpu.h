@@ -155,6 +155,8 @@ bool fp16Supported();
 // `digest` describes the op and its input shapes (0 outside lazy mode, where graphs are not compiled per cut)
 void countOp(uint64_t digest = 0);
 void countHostSync();
+// A collective on hpu tensors: its kind (an all-reduce or not) and the bytes of the tensors it sends.
+void countCollective(bool all_reduce, int64_t bytes);
 // the digest countOp takes: what the op is (nameDigest) and the shapes and dtypes of its tensor inputs
 uint64_t opDigest(const c10::OperatorHandle& op, const torch::jit::Stack& stack, size_t first);
 uint64_t nameDigest(const std::string& name, const std::string& overload);

@@ -105,6 +105,8 @@ def test_two_ranks_with_launch_equal_one_process_on_the_union(tmp_path):
     assert {rank["classes"]["backend"] for rank in ranks} == {"hccl"}
     assert ranks[0]["gathered_rank"] == [[0], [1]]
     assert [rank["broadcast"] for rank in ranks] == [5, 5]
+    # DDP's options are Intel's for HCCL: 230 MB buckets, gradients as views of them
+    assert [rank["ddp_options"] for rank in ranks] == [[230 * 2**20, True]] * 2
     _assert_parameters_close(ranks[0]["parameters"], ranks[1]["parameters"], 0.0)
     # fp32: the same sums in another order
     _assert_parameters_close(ranks[0]["parameters"], union["parameters"], 1e-5)
@@ -263,13 +265,21 @@ def test_process_group_ends_before_interpreter_shutdown(tmp_path, strategy):
     assert left == {0: "", 1: ""}
 
 
-@RunIf(virtual_hpu=True)  # counts graph cuts and host syncs, which the virtual Gaudi records
+@RunIf(virtual_hpu=True)  # counts graph cuts, host syncs and collectives, which the virtual Gaudi records
 def test_lazy_mode_cuts_after_backward_and_step_without_host_syncs(tmp_path):
     ranks = _launch(
         tmp_path / "lazy", "--devices", "2", "--strategy", "hpu_parallel", "--steps", "6", PT_HPU_LAZY_MODE="1"
     )
+    # every gradient fits DDP's first bucket: one all-reduce a step, of all of them
+    gradient_bytes = sum(parameter.numel() for parameter in fabric_run.model().parameters()) * 4
     for rank in ranks:
-        assert rank["per_step"] == {"mark_steps": [2], "host_syncs": [0], "graphs": [2]}
+        assert rank["per_step"] == {
+            "mark_steps": [2],
+            "host_syncs": [0],
+            "graphs": [2],
+            "all_reduces": [1],
+            "collective_bytes": [gradient_bytes],
+        }
 
 
 @pytest.mark.parametrize(

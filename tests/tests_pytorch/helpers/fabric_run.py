@@ -5,14 +5,15 @@ Each data-parallel rank trains on its own rows of a fixed batch (rank ``r`` of `
 ``w`` ranks steps exactly like one process on the union of the rows; the ranks of a tensor-parallel group share theirs.
 Started directly it launches its ranks with ``fabric.launch()``; started by ``torchrun`` it is one of them. Each rank
 saves ``rank<N>.pt`` in ``--out``: the final parameters, the losses, the step count (``--resume`` continues from a
-checkpoint ``--checkpoint`` saved), the classes Fabric chose, and the virtual Gaudi's counter increments per steady
-step.
+checkpoint ``--checkpoint`` saved), the classes Fabric chose, the options of its DDP module, and the virtual Gaudi's
+counter increments per steady step.
 """
 
 import os
 import sys
 from argparse import ArgumentParser
 from contextlib import nullcontext
+from typing import Optional
 
 import lightning as L
 import torch
@@ -109,6 +110,7 @@ def train(fabric: L.Fabric, args) -> None:
             "backend": torch.distributed.get_backend() if torch.distributed.is_initialized() else None,
         },
         "per_step": per_step(snapshots),
+        "ddp_options": ddp_options(network),
     }
     fabric.barrier()
     torch.save(record, os.path.join(args.out, f"rank{fabric.global_rank}.pt"))
@@ -124,12 +126,19 @@ def full_parameters(network: nn.Module) -> dict:
         }
 
 
+def ddp_options(network: nn.Module) -> Optional[list]:
+    """``[bucket_bytes_cap, gradient_as_bucket_view]`` of the ``DistributedDataParallel`` Fabric wrapped the model in,
+    if it did."""
+    wrapped = [module for module in network.modules() if isinstance(module, nn.parallel.DistributedDataParallel)]
+    return [wrapped[0].bucket_bytes_cap, wrapped[0].gradient_as_bucket_view] if wrapped else None
+
+
 def per_step(snapshots: list, warmup: int = 2) -> dict:
     """Counter increments between consecutive steps after ``warmup`` steps, as sets of distinct values."""
     steady = [snapshot for snapshot in snapshots[warmup:] if snapshot]
     return {
         key: sorted({later[key] - earlier[key] for earlier, later in zip(steady, steady[1:])})
-        for key in ("mark_steps", "host_syncs", "graphs")
+        for key in ("mark_steps", "host_syncs", "graphs", "all_reduces", "collective_bytes")
     }
 
 

@@ -1,8 +1,11 @@
 """Data-parallel training over HPUs: real gradient synchronisation, DDP options, reductions and scale-out."""
 
+import lightning as L
 import pytest
 import torch
+from lightning.fabric.strategies import DDPStrategy as FabricDDPStrategy
 from lightning.pytorch.demos.boring_classes import BoringModel
+from lightning.pytorch.strategies import DDPStrategy
 from torch.nn.parallel import DistributedDataParallel
 
 import pytorch_lightning as pl
@@ -165,3 +168,21 @@ def test_parallel_devices_without_index_mean_one_per_process(one_rank_here):
     trainer.fit(BoringModel())
     assert trainer.global_step == 1
     assert trainer.strategy.root_device == torch.device("hpu", 0)
+
+
+def test_ddp_options_are_intels_for_hccl_unless_given():
+    """``bucket_cap_mb=230`` and ``gradient_as_bucket_view=True`` (optimum-habana's, Model-References') where the
+    user left DDP's own: by name, as an instance of ours or of upstream's ``DDPStrategy``, in the Trainer and Fabric."""
+    intel = {"bucket_cap_mb": 230, "gradient_as_bucket_view": True}
+    assert HPUParallelStrategy()._ddp_kwargs == intel
+    given = HPUParallelStrategy(bucket_cap_mb=25, gradient_as_bucket_view=False)
+    assert given._ddp_kwargs == {"bucket_cap_mb": 25, "gradient_as_bucket_view": False}
+    for strategy, expected in [
+        ("ddp", intel),
+        ("ddp_find_unused_parameters_true", {**intel, "find_unused_parameters": True}),
+        (DDPStrategy(bucket_cap_mb=50, static_graph=True), {**intel, "bucket_cap_mb": 50, "static_graph": True}),
+    ]:
+        trainer = pl.Trainer(accelerator="hpu", devices=2, strategy=strategy, logger=False)
+        assert type(trainer.strategy) is HPUParallelStrategy and trainer.strategy._ddp_kwargs == expected
+    fabric = L.Fabric(accelerator="hpu", devices=2, strategy=FabricDDPStrategy(gradient_as_bucket_view=False))
+    assert fabric.strategy._ddp_kwargs == {**intel, "gradient_as_bucket_view": False}
