@@ -44,38 +44,19 @@ FOREIGN_NAMES = (
         " `fit`",
         "none needed: it restores torch's own",
     ),
-    ForeignName(
-        "deepspeed.utils.groups._WORLD_GROUP",
-        "None",
-        "lightning_fabric/strategies/hpu_deepspeed.py::release_groups_of_an_ended_world",
-        "with Intel's DeepSpeed fork (no `_release_process_group_references`), when an HPU DeepSpeed strategy sets up"
-        " a process group and none exists: the group DeepSpeed kept belongs to a destroyed world",
-        "DeepSpeed keeps the groups it derives from the world in module globals and the fork never releases them: the"
-        " next engine fails with 'Group ... is not registered'",
-        "destroy the world with `deepspeed.comm.destroy_process_group()` of upstream DeepSpeed, or run one DeepSpeed"
-        " world per process",
-    ),
-    ForeignName(
-        "deepspeed.utils.groups._DATA_PARALLEL_GROUP",
-        "None",
-        "lightning_fabric/strategies/hpu_deepspeed.py::release_groups_of_an_ended_world",
-        "with Intel's DeepSpeed fork (no `_release_process_group_references`), when an HPU DeepSpeed strategy sets up"
-        " a process group and none exists: the group DeepSpeed kept belongs to a destroyed world",
-        "DeepSpeed keeps the groups it derives from the world in module globals and the fork never releases them: the"
-        " next engine fails with 'Group ... is not registered'",
-        "destroy the world with `deepspeed.comm.destroy_process_group()` of upstream DeepSpeed, or run one DeepSpeed"
-        " world per process",
-    ),
-    ForeignName(
-        "deepspeed.utils.groups._ZERO_PARAM_INTRA_PARALLEL_GROUP",
-        "None",
-        "lightning_fabric/strategies/hpu_deepspeed.py::release_groups_of_an_ended_world",
-        "with Intel's DeepSpeed fork (no `_release_process_group_references`), when an HPU DeepSpeed strategy sets up"
-        " a process group and none exists: the group DeepSpeed kept belongs to a destroyed world",
-        "DeepSpeed keeps the groups it derives from the world in module globals and the fork never releases them: the"
-        " next engine fails with 'Group ... is not registered'",
-        "destroy the world with `deepspeed.comm.destroy_process_group()` of upstream DeepSpeed, or run one DeepSpeed"
-        " world per process",
+    *(
+        ForeignName(
+            f"deepspeed.utils.groups.{name}",
+            "None",
+            "lightning_fabric/strategies/hpu_deepspeed.py::release_groups_of_an_ended_world",
+            "with Intel's DeepSpeed fork (no `_release_process_group_references`), when an HPU DeepSpeed strategy sets"
+            " up a process group and none exists: the group DeepSpeed kept belongs to a destroyed world",
+            "DeepSpeed keeps the groups it derives from the world in module globals and the fork never releases them:"
+            " the next engine fails with 'Group ... is not registered'",
+            "destroy the world with `deepspeed.comm.destroy_process_group()` of upstream DeepSpeed, or run one"
+            " DeepSpeed world per process",
+        )
+        for name in ("_WORLD_GROUP", "_DATA_PARALLEL_GROUP", "_ZERO_PARAM_INTRA_PARALLEL_GROUP")
     ),
     ForeignName(
         "torch.distributed.init_process_group",

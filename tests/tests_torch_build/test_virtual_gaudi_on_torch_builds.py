@@ -157,3 +157,40 @@ def test_import_pytorch_lightning_with_virtual_hpu_on_an_unsupported_torch_fails
     assert result.returncode != 0
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith("RuntimeError: The virtual Gaudi needs torch 2.6 to 2.15, and this Python has torch 2.5.1.")
+
+
+def test_custom_ops_and_collectives_run_under_autograd_on_this_build():
+    """The fp8 cast and the c10d collectives, which have no autograd kernel of their own, run on hpu tensors while
+    autograd is on: on PyPI's torch 2.9 the virtual Gaudi registers the PrivateUse1 autograd fallback that torch 2.10
+    registers itself (without it: "Could not run ... from the 'Autogradhpu' backend")."""
+    result = python(
+        """
+        import os, torch, torch.distributed as dist
+        import virtual_hpu
+
+        virtual_hpu.activate()
+        import habana_frameworks.torch.distributed.hccl  # noqa: F401
+
+        x = torch.randn(4, 4, device="hpu", requires_grad=True)
+        cast, _ = torch.ops.hpu.cast_to_fp8_v2(x, None, False, False, torch.float8_e4m3fn)
+        print(cast.dtype, cast.device)
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=os.environ["TEST_PORT"])
+        dist.init_process_group("hccl", rank=0, world_size=1)
+        total = torch.ones(3, device="hpu")
+        dist.all_reduce(total)
+        dist.barrier()
+        print(total.tolist())
+        dist.destroy_process_group()
+        """,
+        TEST_PORT=str(_free_port()),
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-2:] == ["torch.float8_e4m3fn hpu:0", "[1.0, 1.0, 1.0]"]
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]

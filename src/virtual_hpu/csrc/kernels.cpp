@@ -13,6 +13,7 @@
 #include <ATen/ops/resize_native.h>
 #include <ATen/ops/set_native.h>
 #include <ATen/ops/view_native.h>
+#include <torch/csrc/autograd/autograd_not_implemented_fallback.h>
 #include <torch/library.h>
 
 #include <string>
@@ -175,6 +176,12 @@ VIRTUAL_HPU_LIBRARY_IMPL(_, m) { m.fallback(torch::CppFunction::makeFromBoxedFun
 TORCH_LIBRARY_IMPL(aten, AutogradPrivateUse1, m) {
   m.impl("_has_compatible_shallow_copy_type", &hasCompatibleShallowCopyType);
 }
+
+#if VIRTUAL_HPU_REGISTERS_PRIVATEUSE1_AUTOGRAD_FALLBACK
+// The fallback torch has for its other autograd keys, which torch 2.10 registers for PrivateUse1 itself: without it the
+// fp8 ops, the c10d collectives and every other custom op without an autograd kernel fail on hpu.
+TORCH_LIBRARY_IMPL(_, AutogradPrivateUse1, m) { m.fallback(torch::autograd::basicAutogradNotImplementedFallback()); }
+#endif
 #endif
 
 }  // namespace

@@ -21,6 +21,11 @@
 // 2.8: c10d::Work gained blockCurrentStream(), which a wrapping Work forwards.
 #define VIRTUAL_HPU_WORK_BLOCKS_STREAMS VIRTUAL_HPU_TORCH_AT_LEAST(2, 8)
 
+// 2.10: torch registers an autograd fallback for PrivateUse1 (pytorch#165315); before, a backend registers its own, or
+// its custom ops and torch's c10d ops find no kernel at AutogradPrivateUse1 ("Could not run ... from the 'Autogradhpu'
+// backend").
+#define VIRTUAL_HPU_REGISTERS_PRIVATEUSE1_AUTOGRAD_FALLBACK !VIRTUAL_HPU_TORCH_AT_LEAST(2, 10)
+
 // 2.12: the structured kernels' set_output_strided / set_output_raw_strided lost their trailing DimnameList (named
 // tensors went); before, an override takes it and hands it on.
 #if VIRTUAL_HPU_TORCH_AT_LEAST(2, 12)

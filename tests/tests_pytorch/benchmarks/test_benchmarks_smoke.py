@@ -161,7 +161,7 @@ def test_what_does_not_depend_on_timing(run_all):
     calls = {variant: float(row["all-reduces per step"].split()[0]) for variant, row in variants.items()}
     sent = {variant: row["collective MiB per step"].split()[0] for variant, row in variants.items()}
     assert calls["gaudi"] < calls["torch"] and sent["gaudi"] == sent["torch"], variants
-        # each execution mode of the demo model after warm-up: no host sync; lazy cuts two graphs; compiled, no step
+    # each execution mode of the demo model after warm-up: no host sync; lazy cuts two graphs; compiled, no step
     # recompiles and the training step has no graph break
     modes = {}
     for line in outputs["execution_modes"].splitlines():
