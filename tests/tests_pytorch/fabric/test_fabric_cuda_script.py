@@ -15,6 +15,7 @@ from lightning.fabric.strategies import DDPStrategy, DeepSpeedStrategy, FSDPStra
 from lightning_fabric.accelerators import HPUAccelerator
 from lightning_fabric.plugins.precision import HPUFSDPPrecision, HPUPrecision
 from lightning_fabric.strategies import HPUDeepSpeedStrategy, HPUFSDPStrategy, HPUParallelStrategy, SingleHPUStrategy
+from lightning_fabric.strategies.hpu_ddp_options import HCCL_DDP_OPTIONS
 from tests_pytorch.helpers.processes import free_port
 
 FABRIC = Path(sys.executable).with_name("fabric")
@@ -115,7 +116,8 @@ def test_upstream_strategy_instances_become_their_hpu_counterparts(upstream, hpu
     if isinstance(upstream, SingleDeviceStrategy):
         assert strategy.root_device == torch.device("hpu", 0)
     if type(upstream) is DDPStrategy:
-        assert strategy._ddp_kwargs == {"find_unused_parameters": True} and strategy._start_method == "spawn"
+        assert strategy._ddp_kwargs == {**HCCL_DDP_OPTIONS, "find_unused_parameters": True}
+        assert strategy._start_method == "spawn"
     if isinstance(upstream, DeepSpeedStrategy):
         assert strategy.config["zero_optimization"]["stage"] == 3
         assert strategy.config["zero_optimization"]["offload_optimizer"]["device"] == "cpu"
@@ -126,7 +128,8 @@ def test_upstream_strategy_instances_become_their_hpu_counterparts(upstream, hpu
 def test_upstream_ddp_names_with_options_become_the_hpu_strategy():
     strategy = L.Fabric(accelerator="hpu", devices=2, strategy="ddp_find_unused_parameters_true").strategy
     assert type(strategy) is HPUParallelStrategy
-    assert strategy._ddp_kwargs == {"find_unused_parameters": True} and strategy._start_method == "popen"
+    assert strategy._ddp_kwargs == {**HCCL_DDP_OPTIONS, "find_unused_parameters": True}
+    assert strategy._start_method == "popen"
     with pytest.raises(ValueError, match="forking"):
         L.Fabric(accelerator="hpu", devices=2, strategy="ddp_fork")
 

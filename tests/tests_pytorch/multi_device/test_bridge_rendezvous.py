@@ -44,6 +44,20 @@ def test_lightning_started_ranks_meet_on_a_free_port_not_the_bridges(bridge_rend
     assert port != 12345 and environment.main_port == port  # chosen once, for every rank it starts
 
 
+def test_the_bridges_port_beside_an_address_the_user_exported_is_set_aside_too(bridge_rendezvous, monkeypatch):
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    environment = pl.Trainer(accelerator="hpu", devices=2, strategy="ddp", logger=False).strategy.cluster_environment
+    assert type(environment) is HPULightningEnvironment and environment.main_port != 12345
+
+
+def test_nodes_that_lightning_starts_processes_on_keep_the_bridges_port(bridge_rendezvous, monkeypatch):
+    """Every node's bridge wrote the same port: a free one picked on each node would not meet."""
+    monkeypatch.setenv("NODE_RANK", "1")
+    trainer = pl.Trainer(accelerator="hpu", devices=2, num_nodes=2, strategy="ddp", logger=False)
+    environment = trainer.strategy.cluster_environment
+    assert type(environment) is LightningEnvironment and environment.main_port == 12345
+
+
 def test_a_port_the_user_set_or_a_given_environment_is_kept(bridge_rendezvous, monkeypatch):
     given = LightningEnvironment()
     trainer = pl.Trainer(accelerator="hpu", devices=2, strategy="ddp", plugins=[given], logger=False)

@@ -17,6 +17,7 @@ from lightning.pytorch.strategies import (
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
 import pytorch_lightning as pl
+from lightning_fabric.strategies.hpu_ddp_options import HCCL_DDP_OPTIONS
 from pytorch_lightning.accelerators import HPUAccelerator
 from pytorch_lightning.plugins import HPUPrecisionPlugin
 from pytorch_lightning.plugins.precision.hpu_fsdp import HPUFSDPPrecision
@@ -40,7 +41,7 @@ from tests_pytorch.trainer.test_lightning_trainer_on_hpu import _scripts
             HPUParallelStrategy,
             2,
             {
-                "_ddp_kwargs": {"find_unused_parameters": True, "static_graph": True},
+                "_ddp_kwargs": {**HCCL_DDP_OPTIONS, "find_unused_parameters": True, "static_graph": True},
                 "_get_process_group_backend": "hccl",
             },
         ),
@@ -80,12 +81,12 @@ def test_upstream_strategy_instances_become_their_hpu_counterparts(
     [
         (
             "ddp_find_unused_parameters_true",
-            {"_ddp_kwargs": {"find_unused_parameters": True}, "_start_method": "popen"},
+            {"_ddp_kwargs": {**HCCL_DDP_OPTIONS, "find_unused_parameters": True}, "_start_method": "popen"},
         ),
-        ("ddp_find_unused_parameters_false", {"_ddp_kwargs": {"find_unused_parameters": False}}),
+        ("ddp_find_unused_parameters_false", {"_ddp_kwargs": {**HCCL_DDP_OPTIONS, "find_unused_parameters": False}}),
         (
             "ddp_spawn_find_unused_parameters_true",
-            {"_ddp_kwargs": {"find_unused_parameters": True}, "_start_method": "spawn"},
+            {"_ddp_kwargs": {**HCCL_DDP_OPTIONS, "find_unused_parameters": True}, "_start_method": "spawn"},
         ),
     ],
 )
@@ -123,7 +124,8 @@ def test_ddp_instance_trains_on_two_hpus_with_its_settings(two_hpu_runs):
     ranks = two_hpu_runs["ddp_instance"]
     for rank in ranks:
         assert rank["classes"]["strategy"] == "HPUParallelStrategy" and rank["world_size"] == 2
-        assert rank["ddp_kwargs"] == {"find_unused_parameters": True, "gradient_as_bucket_view": True}
+        # the script's own options, and Intel's bucket size for HCCL, which it left to the strategy
+        assert rank["ddp_kwargs"] == {**HCCL_DDP_OPTIONS, "find_unused_parameters": True}
     assert [rank["seen"]["device"] for rank in ranks] == ["hpu:0", "hpu:1"]
 
 

@@ -13,6 +13,7 @@ from lightning.pytorch.strategies import DDPStrategy, SingleDeviceStrategy
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
 import pytorch_lightning as pl
+from lightning_fabric.strategies.hpu_ddp_options import HCCL_DDP_OPTIONS
 from pytorch_lightning.accelerators import HPUAccelerator
 from pytorch_lightning.plugins import HPUCheckpointIO, HPUPrecisionPlugin
 from pytorch_lightning.strategies import HPUParallelStrategy, SingleHPUStrategy
@@ -78,7 +79,7 @@ def test_lightning_habana_ddp_names():
 def test_strategy_instances_and_hpu_strategy_implies_hpu():
     trainer = _trainer(strategy=HPUParallelStrategy(static_graph=True), devices=2)
     assert isinstance(trainer.accelerator, HPUAccelerator)
-    assert trainer.strategy._ddp_kwargs == {"static_graph": True}
+    assert trainer.strategy._ddp_kwargs == {**HCCL_DDP_OPTIONS, "static_graph": True}
     trainer = _trainer(strategy="hpu_single")
     assert isinstance(trainer.accelerator, HPUAccelerator) and isinstance(trainer.strategy, SingleHPUStrategy)
 

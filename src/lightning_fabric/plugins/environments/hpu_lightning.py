@@ -8,7 +8,6 @@ from lightning.fabric.plugins.environments.lightning import find_free_network_po
 from typing_extensions import override
 
 from lightning_fabric.plugins.environments.open_mpi import (
-    BRIDGE_ADDRESS,
     BRIDGE_PORT,
     environment_given_or_detected,
     open_mpi_environment,
@@ -20,11 +19,11 @@ class HPULightningEnvironment(LightningEnvironment):
     ``MASTER_PORT`` is the one Gaudi's bridge wrote.
 
     Since Gaudi software 1.21, ``import torch`` loads the bridge, which sets ``MASTER_ADDR=localhost`` and
-    ``MASTER_PORT=12345`` in any process torchrun did not start (``initialize_distributed_hpu``). Upstream takes a set
-    ``MASTER_PORT`` for the user's choice, so every run on a node would meet on port 12345, and a second run there
-    could not bind it. Here that pair counts as unset: rank 0 takes a free port, as upstream does when none is set, and
-    hands it to the ranks it starts. The HPU flags choose it for such runs; a port set otherwise is used as upstream
-    uses it.
+    ``MASTER_PORT=12345`` where unset in any process torchrun did not start (``initialize_distributed_hpu``). Upstream
+    takes a set ``MASTER_PORT`` for the user's choice, so every run on a node would meet on port 12345, and a second
+    run there could not bind it. Here that port counts as unset: rank 0 takes a free port, as upstream does when none
+    is set, and hands it to the ranks it starts. The HPU flags choose it for such runs on one node; a port set
+    otherwise is used as upstream uses it.
     """
 
     def __init__(self) -> None:
@@ -40,10 +39,12 @@ class HPULightningEnvironment(LightningEnvironment):
 
     @staticmethod
     def bridge_wrote_the_rendezvous() -> bool:
-        """Whether ``MASTER_ADDR`` and ``MASTER_PORT`` are the bridge's defaults, in a process Lightning starts the
-        others from (no ``LOCAL_RANK``)."""
-        written = os.environ.get("MASTER_ADDR") == BRIDGE_ADDRESS and os.environ.get("MASTER_PORT") == str(BRIDGE_PORT)
-        return written and "LOCAL_RANK" not in os.environ
+        """Whether ``MASTER_PORT`` is the bridge's default in a process of one node that Lightning starts the others
+        from (no ``LOCAL_RANK``, no ``NODE_RANK``/``GROUP_RANK``). The address does not matter: the bridge writes the
+        port whenever it is unset, also beside an address the user exported. Nodes that Lightning starts processes on
+        each keep the port, which is the same on every node."""
+        launched = any(name in os.environ for name in ("LOCAL_RANK", "NODE_RANK", "GROUP_RANK"))
+        return os.environ.get("MASTER_PORT") == str(BRIDGE_PORT) and not launched
 
 
 def hpu_cluster_environment(plugins: list[Any], strategy: Any) -> Optional[LightningEnvironment]:
