@@ -74,7 +74,9 @@ def full_weights(model: nn.Module) -> dict:
             return {name: p.detach().float().cpu().tolist() for name, p in model.named_parameters()}
     full = {}
     for name, p in model.named_parameters():
-        p = p.full_tensor() if isinstance(p, DTensor) else p
+        if isinstance(p, DTensor):
+            # shards offloaded to the host are gathered on the device: HCCL, as NCCL, has no CPU collectives
+            p = DTensor.from_local(p.to_local().to(device), p.device_mesh, p.placements).full_tensor()
         full[name] = p.detach().float().cpu().tolist()
     return full
 
