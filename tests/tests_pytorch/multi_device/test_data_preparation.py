@@ -1,11 +1,14 @@
 """Data prepared once per node while the other ranks wait: the Trainer's ``prepare_data`` and Fabric's
 ``rank_zero_first``, on 2 HPUs."""
 
+import pytest
+
 from tests_pytorch.helpers.processes import rank_results, wait
 from tests_pytorch.multi_device.test_fabric_patterns import launch as fabric_launch
 from tests_pytorch.multi_device.test_trainer_patterns import assert_close, launch
 
 
+@pytest.mark.heavy
 def test_datamodule_prepares_data_once(tmp_path):
     wait(launch(tmp_path / "run", "datamodule"))
     ranks = rank_results(tmp_path / "run")

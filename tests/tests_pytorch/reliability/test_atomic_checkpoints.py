@@ -56,6 +56,7 @@ def saves(run_module, tmp_path_factory):
     shutil.rmtree(temp_dir, ignore_errors=True)
 
 
+@pytest.mark.heavy
 def test_killed_save_leaves_the_previous_checkpoint(saves):
     directory, save = saves["root"] / "stalled", saves["stalled"]
     save.wait_for("saved step 1")
