@@ -265,7 +265,7 @@ def activate(
     _active = wanted
     # where Gaudi's software writes its logs, which it sets when unset and user code reads
     os.environ.setdefault("HABANA_LOGS", str(Path.home() / ".habana_logs"))
-    sys.path.insert(0, str(_FACADE))
+    _put_facade_on_path()
     import habana_frameworks.torch  # noqa: F401  (registers torch.hpu, as the real bridge does)
 
     autocast.set_op_lists_from_env()
@@ -285,11 +285,15 @@ def activate_from_env() -> bool:
     if flag == "1":
         wanted = resolve()
         if _active is None and wanted.lazy and wanted.stock_pytorch:
-            if str(_FACADE) not in sys.path:
-                sys.path.insert(0, str(_FACADE))
+            _put_facade_on_path()
         else:
             activate()
     return _active is not None
+
+
+def _put_facade_on_path() -> None:
+    if str(_FACADE) not in sys.path:
+        sys.path.insert(0, str(_FACADE))
 
 
 def check_bridge_loads(config: Optional[Config] = None) -> None:
