@@ -615,7 +615,6 @@ _OWN_OBJECTS = {
     ("pytorch_lightning/callbacks/hpu_performance.py", "HPUPerformanceMonitor.on_fit_end"): "our report",
     ("lightning_fabric/plugins/precision/_fp8_training.py", "replace_linear_layers"): "the layers of the user's model",
     ("lightning_fabric/strategies/_hpu.py", "_HPUStrategyMixin.from_upstream"): "our strategy instance",
-    ("lightning_fabric/strategies/hpu_ddp_options.py", "_HCCLDDPOptionsMixin.from_upstream"): "our strategy instance",
     ("lightning_fabric/strategies/_hpu_compile.py", "compile_submodules_for_hpu"): "the children of the user's model",
     ("pytorch_lightning/strategies/_sigterm.py", "_TrainingEpochLoop._broadcast_sigterm_tensor"): "our connector",
     ("pytorch_lightning/trainer/_compiled.py", "keep_logging_eager"): "the user's LightningModule",

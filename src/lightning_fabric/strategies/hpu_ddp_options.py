@@ -25,10 +25,13 @@ class _HCCLDDPOptionsMixin:
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._ddp_kwargs = {**HCCL_DDP_OPTIONS, **self._ddp_kwargs}
+        self._complete_ddp_options()
 
     @classmethod
     def from_upstream(cls, strategy: Any) -> Any:
         hpu = super().from_upstream(strategy)  # type: ignore[misc]
-        hpu._ddp_kwargs = {**HCCL_DDP_OPTIONS, **hpu._ddp_kwargs}
+        hpu._complete_ddp_options()
         return hpu
+
+    def _complete_ddp_options(self) -> None:
+        self._ddp_kwargs = {**HCCL_DDP_OPTIONS, **self._ddp_kwargs}
