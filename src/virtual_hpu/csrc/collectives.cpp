@@ -11,9 +11,13 @@
 #include <torch/library.h>
 
 #include <algorithm>
+#include <condition_variable>
+#include <deque>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 namespace virtual_hpu {
@@ -92,6 +96,47 @@ class HpuTensors {
   std::vector<at::Tensor> tensors_;  // also keeps the memory alive while the backend works on it
 };
 
+// Completes the futures of HPU work on a thread of its own, as HCCL completes work on the device's stream, so that
+// gloo's worker threads never run, or free, what users chain on a future (Python callbacks, tensors Python made).
+// Both need the GIL, and torch before 2.8 destroys a gloo process group by joining its worker threads while it holds
+// the GIL: a worker still freeing a callback then waits for the GIL forever (pytorch#154976). This thread is never
+// joined; it lives as long as the process.
+class FutureCompleter {
+ public:
+  static FutureCompleter& instance() {
+    static FutureCompleter* completer = new FutureCompleter();  // never destroyed: its thread outlives static destructors
+    return *completer;
+  }
+
+  void post(std::function<void()> task) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      tasks_.push_back(std::move(task));
+    }
+    ready_.notify_one();
+  }
+
+ private:
+  FutureCompleter() { std::thread([this] { run(); }).detach(); }
+
+  [[noreturn]] void run() {
+    for (;;) {
+      std::function<void()> task;
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        ready_.wait(lock, [this] { return !tasks_.empty(); });
+        task = std::move(tasks_.front());
+        tasks_.pop_front();
+      }
+      task();  // and the task's captures are released here, on this thread
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable ready_;
+  std::deque<std::function<void()>> tasks_;
+};
+
 // The backend's work, with results and future mapped back to HPU tensors.
 class HpuWork : public c10d::Work {
  public:
@@ -118,12 +163,25 @@ class HpuWork : public c10d::Work {
     return tensors;
   }
 
+  // The backend's future, completed with HPU tensors by the FutureCompleter: gloo's thread only hands it over.
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override {
     std::lock_guard<std::mutex> lock(future_mutex_);
     if (!future_) {
       c10::intrusive_ptr<c10::ivalue::Future> inner = work_->getFuture();
-      future_ = inner->then([tensors = tensors_](c10::ivalue::Future& done) { return tensors->toHpu(done.value()); },
-                            inner->elementType());
+      future_ = c10::make_intrusive<c10::ivalue::Future>(inner->elementType(), inner->devices());
+      inner->addCallback([future = future_, tensors = tensors_](c10::ivalue::Future& done) mutable {
+        // what gloo's thread keeps of it (the CPU aliases of the result) needs no GIL to free
+        std::exception_ptr error = done.hasError() ? done.exception_ptr() : nullptr;
+        c10::IValue value = error ? c10::IValue() : done.value();
+        FutureCompleter::instance().post([future = std::move(future), tensors = std::move(tensors),
+                                          value = std::move(value), error = std::move(error)] {
+          if (error) {
+            future->setError(error);
+          } else {
+            future->markCompleted(tensors->toHpu(value));
+          }
+        });
+      });
     }
     return future_;
   }
