@@ -87,7 +87,9 @@ def test_fused_clip_norm_equals_clip_grad_norm(hpu_mode, dtype, max_norm):
     clip = FusedClipNorm(model.parameters(), max_norm)
     total = clip.clip_norm(model.parameters())
     assert (expected > max_norm) == (max_norm == 0.5)
-    torch.testing.assert_close(total.cpu(), expected, **_tolerance(dtype))
+    # as the bridge's op: a one-element tensor in the parameters' dtype, on the device
+    assert total.shape == (1,) and total.dtype == dtype and total.device.type == "hpu"
+    torch.testing.assert_close(total.cpu()[0], expected, **_tolerance(dtype))
     for a, e in zip(model.parameters(), expected_model.parameters()):
         if e.grad is None:
             assert a.grad is None
@@ -100,9 +102,49 @@ def test_fused_clip_norm_takes_one_tensor_and_returns_zero_without_gradients():
     clip = FusedClipNorm(model.parameters(), 0.1)
     weight = model[0].weight
     expected = torch.linalg.vector_norm(weight.grad).cpu()
-    torch.testing.assert_close(clip.clip_norm(weight).cpu(), expected)
+    torch.testing.assert_close(clip.clip_norm(weight).cpu()[0], expected)
     torch.testing.assert_close(torch.linalg.vector_norm(weight.grad).cpu(), torch.tensor(0.1), rtol=1e-4, atol=0)
     assert clip.clip_norm([model[2].bias]).item() == 0.0
+
+
+@pytest.mark.parametrize("hpu_mode", ["eager", "lazy"])
+def test_fused_clip_norm_is_one_device_op_for_all_gradients(hpu_mode):
+    """What makes it fused: the gradients are clipped by one op on the device, where torch's ``clip_grad_norm_``
+    launches a norm and a multiplication per gradient (its per-tensor path, Gaudi's default)."""
+    from virtual_hpu import accounting
+
+    model = _model_with_gradients("hpu", torch.float32)
+    clip = FusedClipNorm(model.parameters(), 0.5)
+    accounting.reset()
+    clip.clip_norm(model.parameters())
+    fused = accounting.counters()["ops"]
+    accounting.reset()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)
+    unfused = accounting.counters()["ops"]
+    gradients = sum(p.grad is not None for p in model.parameters())
+    assert fused <= 2  # the op, and in eager mode the placeholder the total is written into
+    assert unfused >= 2 * gradients
+
+
+@pytest.mark.parametrize("hpu_mode", ["eager", "lazy"])
+def test_fused_clip_norm_kernels_part_on_a_nan_norm(hpu_mode):
+    """Gaudi's two kernels part on a NaN total: the lazy one scales only where the total is above ``max_norm``, the
+    eager one scales by the NaN, as torch does."""
+    model = _model_with_gradients("hpu", torch.float32)
+    model[0].weight.grad[0, 0] = float("nan")
+    bias = model[0].bias.grad.cpu()
+    total = FusedClipNorm(model.parameters(), 0.5).clip_norm(model.parameters())
+    assert total.isnan().all()
+    if hpu_mode == "lazy":
+        torch.testing.assert_close(model[0].bias.grad.cpu(), bias)
+    else:
+        assert model[0].bias.grad.isnan().all()
+
+
+def test_fused_clip_norm_op_refuses_other_norm_types():
+    grads = [torch.ones(3, device="hpu"), torch.zeros(1, device="hpu")]
+    with pytest.raises(RuntimeError, match="supports 2.0 only"):
+        torch.ops.hpu.fused_clip_norm(grads, torch.ones(1, device="hpu"), 1.0)
 
 
 def _ema_model(device: str, dtype: torch.dtype) -> nn.Module:

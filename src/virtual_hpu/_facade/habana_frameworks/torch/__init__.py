@@ -11,8 +11,8 @@ virtual_hpu.check_bridge_loads()
 from habana_frameworks.torch import core, hpu, utils  # noqa: E402, F401
 from habana_frameworks.torch.distributed import hccl  # noqa: E402, F401  (as the bridge: "hccl" registered, ranks read)
 
-# importing _fp8_ops and _fused_ops registers torch.ops.hpu.*
-from virtual_hpu import _fp8_ops, _fused_ops, _rnn_cell_ops, _sync_batch_norm_ops, is_privateuse1  # noqa: E402, F401
+# importing _clip_norm_ops, _fp8_ops and _fused_ops registers torch.ops.hpu.*
+from virtual_hpu import _clip_norm_ops, _fp8_ops, _fused_ops, _rnn_cell_ops, _sync_batch_norm_ops, is_privateuse1  # noqa: E402, F401
 
 torch._register_device_module("hpu", hpu)
 # the device's dispatch key (see virtual_hpu.is_privateuse1)
