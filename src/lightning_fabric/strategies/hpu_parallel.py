@@ -11,10 +11,13 @@ from lightning_fabric.strategies._hpu import (
     hccl_ddp_names,
     hccl_process_group,
 )
+from lightning_fabric.strategies.hpu_clip import _FusedClipNormMixin
 from lightning_fabric.strategies.hpu_ddp_options import _HCCLDDPOptionsMixin
 
 
-class HPUParallelStrategy(_HCCLDDPOptionsMixin, _HPUStrategyMixin, _HPUParallelDevicesMixin, DDPStrategy):
+class HPUParallelStrategy(
+    _FusedClipNormMixin, _HCCLDDPOptionsMixin, _HPUStrategyMixin, _HPUParallelDevicesMixin, DDPStrategy
+):
     """DistributedDataParallel over HCCL for Fabric, one process per HPU.
 
     ``Fabric(accelerator="hpu", devices=N)`` with ``N > 1`` picks it, and so do upstream's ``"ddp"`` and
@@ -22,6 +25,7 @@ class HPUParallelStrategy(_HCCLDDPOptionsMixin, _HPUStrategyMixin, _HPUParallelD
     ``fabric.launch()`` as subprocesses of the script, or by ``torchrun``), ``"hpu_parallel_spawn"`` or
     ``"hpu_ddp"``. DDP's options (``find_unused_parameters``, ``static_graph``, ...) pass through as for
     ``DDPStrategy``; those not given are Intel's for HCCL (``bucket_cap_mb=230``, ``gradient_as_bucket_view=True``).
+    ``fabric.clip_gradients(..., max_norm=...)`` uses Gaudi's fused clip-norm.
     """
 
     strategy_name = "hpu_parallel"

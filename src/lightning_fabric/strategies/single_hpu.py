@@ -10,12 +10,14 @@ from lightning.fabric.utilities.types import _DEVICE
 from typing_extensions import override
 
 from lightning_fabric.strategies._hpu import _HPUStrategyMixin, single_hpu_device
+from lightning_fabric.strategies.hpu_clip import _FusedClipNormMixin
 
 
-class SingleHPUStrategy(_HPUStrategyMixin, SingleDeviceStrategy):
+class SingleHPUStrategy(_FusedClipNormMixin, _HPUStrategyMixin, SingleDeviceStrategy):
     """Fabric on one HPU.
 
     ``Fabric(accelerator="hpu", devices=1)`` picks it; by name it is ``strategy="hpu_single"``.
+    ``fabric.clip_gradients(..., max_norm=...)`` uses Gaudi's fused clip-norm.
     """
 
     strategy_name = "hpu_single"

@@ -33,6 +33,7 @@ EXPECTED_HEADLINES = {
     "execution_modes": "compilations_per_step_compiled",
     "fabric": "fabric_ratio_max",
     "fp8": "fp8_step_ratio",
+    "fused_clip": "clip_ops_ratio",
     "fsdp": "fsdp_ratio_max",
     "graph_cuts": "host_syncs_per_step_default",
     "lightning_habana": "lightning_habana_ratio_max",
@@ -161,6 +162,9 @@ def test_what_does_not_depend_on_timing(run_all):
     calls = {variant: float(row["all-reduces per step"].split()[0]) for variant, row in variants.items()}
     sent = {variant: row["collective MiB per step"].split()[0] for variant, row in variants.items()}
     assert calls["gaudi"] < calls["torch"] and sent["gaudi"] == sent["torch"], variants
+    # clipping 72 gradients: Gaudi's fused clip-norm reaches the device as a couple of ops, torch's as two per gradient
+    clips = {row["clip"]: int(row["device ops per clip"]) for row in _tables(outputs["fused_clip"].splitlines())[0][1]}
+    assert clips["fused (Lightning on HPU)"] <= 2 and clips["torch clip_grad_norm_"] >= 2 * 72, clips
     # each execution mode of the demo model after warm-up: no host sync; lazy cuts two graphs; compiled, no step
     # recompiles and the training step has no graph break
     modes = {}

@@ -3,13 +3,16 @@ point that builds the plugin for a precision (``HPUPrecisionPlugin(precision="bf
 lightning-habana did. Fabric's :class:`lightning_fabric.plugins.HPUPrecision` holds the behaviour; this adds the
 Trainer's hooks (LightningModule backward and closures)."""
 
-from typing import Any
+from functools import cached_property
+from typing import Any, Union
 
 from lightning.pytorch.plugins.precision.precision import Precision
 from torch.nn import Module
+from torch.optim import Optimizer
 from typing_extensions import override
 
 from lightning_fabric.plugins.precision.hpu import HPUPrecision
+from lightning_fabric.strategies.hpu_clip import HPUGradientClipper
 
 
 class HPUPrecisionPlugin(Precision, HPUPrecision):
@@ -20,6 +23,9 @@ class HPUPrecisionPlugin(Precision, HPUPrecision):
     :class:`HPUMixedPrecision`, ``"bf16-true"``/``"16-true"`` :class:`HPUHalfPrecision`, ``"fp8"``
     :class:`HPUFP8Precision`. The Trainer's ``precision`` flag builds the same plugins. The arguments, and the fp8
     methods (:meth:`convert_modules`), are those of Fabric's :class:`lightning_fabric.plugins.HPUPrecision`.
+
+    ``gradient_clip_val`` with the ``"norm"`` algorithm clips with Gaudi's fused clip-norm
+    (:class:`lightning_fabric.strategies.hpu_clip.HPUGradientClipper`).
     """
 
     _entry_point = "HPUPrecisionPlugin"
@@ -31,3 +37,11 @@ class HPUPrecisionPlugin(Precision, HPUPrecision):
         # upstream's Trainer plugins, which come next for the subclasses, convert the module without passing it on
         self._start_run(module)
         return super().convert_module(module)
+
+    @override
+    def clip_grad_by_norm(self, optimizer: Optimizer, clip_val: Union[int, float]) -> None:
+        self._gradient_clipper.clip_grad_norm_(self.main_params(optimizer), clip_val)
+
+    @cached_property
+    def _gradient_clipper(self) -> HPUGradientClipper:
+        return HPUGradientClipper()
