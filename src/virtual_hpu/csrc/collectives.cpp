@@ -10,6 +10,8 @@
 #include <torch/csrc/distributed/c10d/reducer_timer.hpp>
 #include <torch/library.h>
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <condition_variable>
 #include <deque>
@@ -120,6 +122,8 @@ class FutureCompleter {
   FutureCompleter() { std::thread([this] { run(); }).detach(); }
 
   [[noreturn]] void run() {
+    // a name of its own: a new thread takes its creator's, here usually a gloo worker's
+    pthread_setname_np(pthread_self(), "vhpu_futures");
     for (;;) {
       std::function<void()> task;
       {

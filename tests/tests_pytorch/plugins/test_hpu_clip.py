@@ -80,8 +80,10 @@ def _fit(accelerator: str, precision: str, **clipping) -> list:
     return record.steps
 
 
-@pytest.mark.parametrize("precision", PRECISIONS)
-def test_trainer_clips_by_norm_with_the_fused_op_as_on_the_cpu(precision, fused_clips):
+@pytest.mark.parametrize(
+    ("hpu_mode", "precision"), [("eager", precision) for precision in PRECISIONS] + [("lazy", "32-true")]
+)
+def test_trainer_clips_by_norm_with_the_fused_op_as_on_the_cpu(hpu_mode, precision, fused_clips):
     hpu = _fit("hpu", precision, gradient_clip_val=MAX_NORM)
     assert len(fused_clips) == len(hpu) == 4
     # it clipped: the norm before clipping was far above the limit
