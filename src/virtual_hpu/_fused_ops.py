@@ -2,7 +2,9 @@
 
 ``optimizer_adamw`` is the fused AdamW step DeepSpeed's ``FusedAdam`` calls on HPU (``op_builder/hpu``): the caller
 folds learning rate and bias corrections into ``neg_step_t`` (``-lr * sqrt(1 - beta2**t) / (1 - beta1**t)``) and
-decoupled weight decay into ``weight_decay`` (``1 - lr * wd``, a float in lazy mode, a tensor in eager mode).
+decoupled weight decay into ``weight_decay`` (``1 - lr * wd``, a float in lazy mode, a tensor in eager mode); Gaudi's
+``hpex.optimizers.FusedAdamW`` calls it too, once per parameter group. Only a CPU kernel is registered: hpu tensors
+reach it through the virtual Gaudi's fallback, one device op for all the group's tensors, as on Gaudi.
 """
 
 from typing import Union
@@ -45,5 +47,10 @@ def _optimizer_adamw(
     torch._foreach_add_(weights, updates)
 
 
+def _optimizer_adamw_fake(*args: object, **kwargs: object) -> None:
+    return None
+
+
 for _overload in ("optimizer_adamw", "optimizer_adamw.wd_tensor"):
-    _library.impl(_overload, _optimizer_adamw, "CompositeExplicitAutograd")
+    _library.impl(_overload, _optimizer_adamw, "CPU")
+    torch.library.register_fake(f"hpu::{_overload}", _optimizer_adamw_fake, lib=_library)

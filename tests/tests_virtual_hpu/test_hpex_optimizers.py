@@ -72,7 +72,8 @@ TORCH_COUNTERPARTS = {
         {"momentum": 0.5},
     ),
     "sgd-nesterov": (FusedSGD, torch.optim.SGD, dict(lr=0.1, momentum=0.9, nesterov=True, weight_decay=0.01), {}),
-    "adamw": (FusedAdamW, torch.optim.AdamW, dict(lr=0.01, eps=1e-6, weight_decay=0.1), {"weight_decay": 0.0}),
+    # Gaudi's kernel adds eps where torch does not (test_fused_adamw_adds_eps_as_gaudis_kernel): a negligible eps here
+    "adamw": (FusedAdamW, torch.optim.AdamW, dict(lr=0.01, eps=1e-12, weight_decay=0.1), {"weight_decay": 0.0}),
     "adagrad": (
         FusedAdagrad,
         torch.optim.Adagrad,
@@ -142,6 +143,42 @@ def test_fused_adamw_without_bias_correction_and_with_fp32_moments():
             expected[name] -= 0.01 * m / (v.sqrt() + 1e-6)  # no bias correction
             torch.testing.assert_close(p.detach().cpu().float(), expected[name], **_tolerance(torch.bfloat16))
     assert all(state["exp_avg"].dtype == torch.float32 for state in optimizer.state.values())
+
+
+@pytest.mark.parametrize("moments_dtype", [None, torch.float32], ids=["one op per group", "per parameter"])
+@pytest.mark.parametrize("hpu_mode", ["eager", "lazy"])
+def test_fused_adamw_adds_eps_as_gaudis_kernel(hpu_mode, moments_dtype):
+    """eps on the root of the uncorrected second moment, the bias corrections in the step size (DeepSpeed's form); with
+    a large eps that is far from torch's AdamW, which adds it to the corrected root."""
+    lr, eps, decay = 0.01, 1e-2, 0.1
+    model = _model(torch.float32).to("hpu")
+    optimizer = FusedAdamW(model.parameters(), lr=lr, eps=eps, weight_decay=decay, moments_dtype=moments_dtype)
+    expected = {name: p.detach().cpu().clone() for name, p in model.named_parameters()}
+    moments = {name: (torch.zeros_like(p), torch.zeros_like(p)) for name, p in expected.items()}
+    for step in range(1, STEPS + 1):
+        _train(model, optimizer, range(step - 1, step))
+        for name, p in model.named_parameters():
+            m, v = moments[name]
+            grad = p.grad.cpu()
+            m.mul_(0.9).add_(grad, alpha=0.1)
+            v.mul_(0.999).addcmul_(grad, grad, value=0.001)
+            step_size = lr * math.sqrt(1 - 0.999**step) / (1 - 0.9**step)
+            expected[name] = expected[name] * (1 - lr * decay) - step_size * m / (v.sqrt() + eps)
+            torch.testing.assert_close(p.detach().cpu(), expected[name], rtol=1e-5, atol=1e-6, msg=name)
+
+
+@pytest.mark.parametrize("hpu_mode", ["eager", "lazy"])
+def test_fused_adamw_updates_a_group_in_one_device_op(hpu_mode):
+    from virtual_hpu import accounting
+
+    model = _model(torch.float32).to("hpu")
+    optimizer = FusedAdamW(model.parameters(), lr=0.01, weight_decay=0.1)
+    _train(model, optimizer, range(1))
+    _backward(model, 1)
+    accounting.reset()
+    optimizer.step()
+    # the op, and the step size and weight decay as device tensors (eager) or the step size alone (lazy)
+    assert accounting.counters()["ops"] <= 3 < len(list(model.parameters()))
 
 
 def test_fused_adamw_keeps_fp8_moments_with_a_scale():

@@ -1,5 +1,6 @@
-"""AdamW (decoupled weight decay), as ``torch.optim.AdamW``, with optional bias correction and moment dtypes."""
+"""AdamW (decoupled weight decay) in Gaudi's form, with optional bias correction and moment dtypes."""
 
+import math
 from typing import Callable, Iterable, Optional
 
 import torch
@@ -13,13 +14,19 @@ from habana_frameworks.torch.hpex.optimizers._adamw_update import (
     init_state,
     moment_dtypes,
 )
+from habana_frameworks.torch.utils.internal import is_lazy
 
 
 class FusedAdamW(Optimizer):
-    """Gaudi's fused AdamW: each step equals ``torch.optim.AdamW`` with the same ``lr``, ``betas``, ``eps`` and
-    ``weight_decay`` (note the bridge's defaults: ``eps=1e-6``, ``weight_decay=0``). ``bias_correction=False`` leaves
-    the moments uncorrected; ``moments_dtype`` keeps both moments (or ``(first, second)``) in another dtype, fp8 ones
-    with a scale per tensor. The step count is kept per group (``group["step"]``), as on Gaudi."""
+    """Gaudi's fused AdamW: one ``torch.ops.hpu.optimizer_adamw`` per parameter group updates all its parameters.
+
+    A step is ``torch.optim.AdamW``'s with the same ``lr``, ``betas``, ``eps`` and ``weight_decay`` (note the bridge's
+    defaults: ``eps=1e-6``, ``weight_decay=0``) except where ``eps`` enters, as in Gaudi's kernel: it is added to the
+    root of the uncorrected second moment, and both bias corrections scale the step
+    (``-lr * sqrt(1 - beta2**t) / (1 - beta1**t)``), as in DeepSpeed's FusedAdam. ``bias_correction=False`` leaves the
+    moments uncorrected; ``moments_dtype`` keeps both moments (or ``(first, second)``) in another dtype, fp8 ones with
+    a scale per tensor (the virtual Gaudi updates those parameter by parameter). The step count is kept per group
+    (``group["step"]``), as on Gaudi."""
 
     def __init__(
         self,
@@ -54,9 +61,13 @@ class FusedAdamW(Optimizer):
             for param in params:
                 if param.grad.is_sparse:
                     raise RuntimeError("FusedAdamW does not support sparse gradients; use torch.optim.SparseAdam.")
+                if not self.state[param]:
+                    init_state(self.state[param], param, self.moments_dtype)
+            if self.moments_dtype is None:
+                self._fused_step(group, params)
+                continue
+            for param in params:
                 state = self.state[param]
-                if not state:
-                    init_state(state, param, self.moments_dtype)
                 adamw_(
                     param,
                     param.grad,
@@ -68,9 +79,33 @@ class FusedAdamW(Optimizer):
                     eps=group["eps"],
                     weight_decay=group["weight_decay"],
                     bias_correction=self.is_bias_correction(group),
+                    eps_on_uncorrected=True,
                 )
         step_closure._mark_step_if_lazy()
         return loss
+
+    def _fused_step(self, group: dict, params: list) -> None:
+        """The group's update in one op, called as the bridge calls it: step size and weight decay come folded, as
+        one-element device tensors in eager mode, the weight decay as a float in lazy mode."""
+        beta1, beta2 = group["betas"]
+        step_size = group["lr"]
+        if self.is_bias_correction(group):
+            step_size *= math.sqrt(1 - beta2 ** group["step"]) / (1 - beta1 ** group["step"])
+        dtype, device = params[0].dtype, params[0].device
+        neg_step = torch.tensor([-step_size], dtype=dtype, device=device)
+        decay = 1.0 - group["weight_decay"] * group["lr"]
+        lists = (
+            [p.grad for p in params],
+            params,
+            [self.state[p]["exp_avg"] for p in params],
+            [self.state[p]["exp_avg_sq"] for p in params],
+        )
+        arguments = (*lists, neg_step, beta1, beta2, group["eps"])
+        if is_lazy():
+            torch.ops.hpu.optimizer_adamw(*arguments, decay)
+        else:
+            decay_t = torch.tensor([decay], dtype=dtype, device=device)
+            torch.ops.hpu.optimizer_adamw(*arguments, decay_t, decay != 1.0)
 
     def is_bias_correction(self, group: dict) -> bool:
         """Whether ``group`` corrects the moments' bias; groups loaded from older checkpoints spell it

@@ -47,8 +47,11 @@ def adamw_(
     eps: float,
     weight_decay: float,
     bias_correction: bool,
+    eps_on_uncorrected: bool = False,
 ) -> None:
-    """One AdamW step of ``param`` in place, in the order and form of ``torch.optim.AdamW``."""
+    """One AdamW step of ``param`` in place, in the order and form of ``torch.optim.AdamW``; with
+    ``eps_on_uncorrected``, in the form of Gaudi's ``optimizer_adamw`` kernel: ``eps`` added to the root of the
+    uncorrected second moment, both bias corrections folded into the step size."""
     if weight_decay != 0:
         param.mul_(1 - lr * weight_decay)
     exp_avg = _load(state, "exp_avg")
@@ -58,11 +61,16 @@ def adamw_(
     exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
     bias_correction1 = 1 - beta1**step if bias_correction else 1.0
     bias_correction2 = 1 - beta2**step if bias_correction else 1.0
-    denom = (exp_avg_sq.sqrt() / math.sqrt(bias_correction2)).add_(eps)
-    if exp_avg.dtype == denom.dtype == param.dtype:
-        param.addcdiv_(exp_avg, denom, value=-lr / bias_correction1)
+    if eps_on_uncorrected:
+        denom = exp_avg_sq.sqrt().add_(eps)
+        step_size = lr * math.sqrt(bias_correction2) / bias_correction1
     else:
-        param.add_((exp_avg.float() / denom.float()).to(param.dtype), alpha=-lr / bias_correction1)
+        denom = (exp_avg_sq.sqrt() / math.sqrt(bias_correction2)).add_(eps)
+        step_size = lr / bias_correction1
+    if exp_avg.dtype == denom.dtype == param.dtype:
+        param.addcdiv_(exp_avg, denom, value=-step_size)
+    else:
+        param.add_((exp_avg.float() / denom.float()).to(param.dtype), alpha=-step_size)
     _store(state, "exp_avg", exp_avg)
     _store(state, "exp_avg_sq", exp_avg_sq)
 
