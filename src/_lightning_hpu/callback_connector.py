@@ -1,4 +1,5 @@
-"""Upstream's Trainer callback connector, with what every Trainer shows on HPUs: the HPU line, the HPU progress bar."""
+"""Upstream's Trainer callback connector, with what every Trainer shows on HPUs: the HPU line, the HPU progress bar,
+throughput timed on the device."""
 
 from datetime import timedelta
 from typing import TYPE_CHECKING, Optional, Union
@@ -13,7 +14,8 @@ if TYPE_CHECKING:
 
 class HPUCallbackConnector(_CallbackConnector):
     """``lightning.pytorch.trainer.connectors.callback_connector._CallbackConnector`` that, on HPUs, puts the HPU
-    progress bar where upstream puts its default one, and logs the HPU line.
+    progress bar where upstream puts its default one, waits for the HPU before each ``ThroughputMonitor`` reads its
+    clock, and logs the HPU line.
 
     Every ``Trainer`` builds it, ``lightning.Trainer`` as much as ``pytorch_lightning.Trainer``, right after its
     accelerator connector, so both look the same on a Gaudi. Upstream's device lines (GPU, TPU) come right after it.
@@ -33,6 +35,7 @@ class HPUCallbackConnector(_CallbackConnector):
         super().on_trainer_init(
             callbacks, enable_checkpointing, enable_progress_bar, default_root_dir, enable_model_summary, max_time
         )
+        _time_throughput_on_the_device(self.trainer)
         _log_hpu_info(self.trainer)
 
     def _configure_progress_bar(self, enable_progress_bar: bool = True) -> None:
@@ -58,6 +61,15 @@ def _use_hpu_progress_bar(trainer: "Trainer") -> None:
     if ours is not None:
         callbacks = trainer.callbacks
         callbacks[callbacks.index(bar)] = ours()
+
+
+def _time_throughput_on_the_device(trainer: "Trainer") -> None:
+    """On HPUs, each ``ThroughputMonitor`` the user passed gets an ``HPUThroughputSync`` right before it."""
+    from lightning_fabric.accelerators.hpu import HPUAccelerator
+    from pytorch_lightning.callbacks._hpu_throughput_sync import synchronize_before_throughput_monitors
+
+    if isinstance(trainer.accelerator, HPUAccelerator):
+        synchronize_before_throughput_monitors(trainer.callbacks)
 
 
 def _log_hpu_info(trainer: "Trainer") -> None:

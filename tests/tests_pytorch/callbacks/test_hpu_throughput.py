@@ -141,3 +141,43 @@ def test_a_gaudi3_run_of_lightning_trainer_divides_by_gaudi3s_peak(tmp_path):
     )
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
     assert f"AVAILABLE {1835 * 10**12}" in result.stdout
+
+
+class _TimedAt(ThroughputMonitor):
+    """Notes when it reads the clock, in the order of ``events``."""
+
+    def __init__(self, events: list) -> None:
+        super().__init__(batch_size_fn=len, window_size=2)
+        self.events = events
+
+    def on_train_batch_end(self, *args, **kwargs) -> None:
+        self.events.append("monitor")
+        super().on_train_batch_end(*args, **kwargs)
+
+
+def test_the_monitor_times_the_device_after_it_finished_each_batch(monkeypatch):
+    """Gaudi runs a batch's work after the host queued it: the Trainer waits for the HPU right before each
+    ``ThroughputMonitor`` reads its clock, as upstream waits for CUDA devices."""
+    events = []
+    synchronize = torch.hpu.synchronize
+    monkeypatch.setattr(torch.hpu, "synchronize", lambda *args: (events.append("sync"), synchronize(*args))[1])
+    monitor = _TimedAt(events)
+    trainer = pl.Trainer(
+        accelerator="hpu",
+        devices=1,
+        max_steps=3,
+        limit_val_batches=0,
+        callbacks=[monitor],
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    assert type(trainer.callbacks[trainer.callbacks.index(monitor) - 1]).__name__ == "HPUThroughputSync"
+    trainer.fit(_Counted())
+    timed = [index for index, event in enumerate(events) if event == "monitor"]
+    assert len(timed) == 3
+    assert all(events[index - 1] == "sync" for index in timed)
+    # on the CPU nothing is added
+    cpu = pl.Trainer(accelerator="cpu", callbacks=[ThroughputMonitor(batch_size_fn=len)], logger=False)
+    assert not any(type(callback).__name__ == "HPUThroughputSync" for callback in cpu.callbacks)
