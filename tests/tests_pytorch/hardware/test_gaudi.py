@@ -36,6 +36,7 @@ class _CompilationsPerStep(Callback):
         self.counts.append(_compilations())
 
 
+@pytest.mark.heavy  # 40 s in the rehearsal, for room under make test's 20 minutes; `pytest -m hpu` still selects it
 @RunIf(hpu=True)
 def test_data_parallel_over_the_node_ends_as_one_card(tmp_path, hpus):
     """HCCL across the node's cards: N ranks on slices of each global batch end where one card on whole batches does,
