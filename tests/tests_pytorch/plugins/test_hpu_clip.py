@@ -57,7 +57,7 @@ class _Regression(pl.LightningModule):
 
     def training_step(self, batch, batch_idx):
         x, y = batch
-        return nn.functional.mse_loss(self.network(x).float(), y) * 100
+        return nn.functional.mse_loss(self.network(x).float(), y.float()) * 100
 
     def configure_optimizers(self):
         return torch.optim.SGD(self.parameters(), lr=0.1)
