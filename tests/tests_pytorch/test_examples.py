@@ -42,6 +42,7 @@ def _assert_quiet(result: subprocess.CompletedProcess) -> None:
     assert not noise, noise
 
 
+@pytest.mark.heavy  # 38 s: room under make test's 20 minutes on torch 2.11 (CI's); make test-heavy runs it in CI
 def test_demo_on_two_hpus_in_bf16():
     result = _run("pytorch/hpu_classifier.py", "--devices", "2", "--precision", "bf16-mixed")
     _assert_quiet(result)

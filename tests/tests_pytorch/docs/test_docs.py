@@ -108,6 +108,13 @@ OP_LISTS = {"ops_bf16.txt": "linear\nmatmul\n", "ops_fp32.txt": "softmax\n"}
 PAGES = sorted(DOCS.glob("*.rst")) + [ROOT / "README.md"]
 # pages whose examples check what only the virtual Gaudi records, as the page says
 VIRTUAL_ONLY = {"hpu_porting.rst": "its HPUPerformanceMonitor example asserts the host syncs the virtual Gaudi records"}
+# pages whose examples take 30 to 55 s (several processes, fp8 measurement): make test-heavy runs them, in CI too, to
+# keep make test within its 20 minutes on torch 2.11
+LONG_PAGES = {"hpu_fabric.rst", "hpu_profiler.rst", "hpu_fp8.rst"}
+
+
+def _marks(page: Path) -> list:
+    return [RunIf(virtual_hpu=True)] * (page.name in VIRTUAL_ONLY) + [pytest.mark.heavy] * (page.name in LONG_PAGES)
 
 
 def _blocks(page: Path) -> list:
@@ -136,11 +143,7 @@ def test_the_parser_finds_blocks_and_markers():
 
 @pytest.mark.parametrize(
     "page",
-    [
-        pytest.param(page, marks=[RunIf(virtual_hpu=True)] if page.name in VIRTUAL_ONLY else [])
-        for page in PAGES
-        if _runnable(page)
-    ],
+    [pytest.param(page, marks=_marks(page)) for page in PAGES if _runnable(page)],
     ids=lambda page: page.name,
 )
 def test_python_blocks_run(page, tmp_path):

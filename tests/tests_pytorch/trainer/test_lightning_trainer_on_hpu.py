@@ -211,6 +211,7 @@ def _scripts(tmp_path: Path, cases: list, package: str = "lightning") -> dict:
     return results
 
 
+@pytest.mark.heavy  # 30 s: room under make test's 20 minutes on torch 2.11 (CI's); make test-heavy runs it in CI
 def test_lightning_script_trains_ddp_in_bf16_on_two_hpus(tmp_path):
     """Lightning's launcher re-runs the script for rank 1, which imports only ``lightning`` too."""
     ranks = _script(tmp_path, "ddp")
